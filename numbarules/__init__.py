@@ -1,0 +1,24 @@
+"""numbarules: generic functions with methods, and reverse-mode AD rules that attach to methods.
+
+Public names are re-exported here and only here.
+"""
+
+from .lattice import (Any, Number, Real, AbstractFloat, Integer, Signed, Float64, Float32, Int64,
+                      Int32, Bool, AbstractArray, AbstractVector, AbstractMatrix, Array, Vector,
+                      Matrix, typeof, issubtype)
+from .structs import struct, Tangent
+from .dispatch import GenericFunction, Method, generic, which
+from .cache import jit, cache_info, clear_cache
+from .errors import (NumbarulesError, SignatureError, DispatchError, NoMethodError, AmbiguityError,
+                     CompilationError, UnsupportedSyntaxError, DifferentiationError, RuleError)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Any", "Number", "Real", "AbstractFloat", "Integer", "Signed", "Float64", "Float32", "Int64",
+    "Int32", "Bool", "AbstractArray", "AbstractVector", "AbstractMatrix", "Array", "Vector",
+    "Matrix", "typeof", "issubtype", "struct", "Tangent", "GenericFunction", "Method", "generic",
+    "which", "jit", "cache_info", "clear_cache", "NumbarulesError", "SignatureError",
+    "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
+    "UnsupportedSyntaxError", "DifferentiationError", "RuleError",
+]

@@ -1,0 +1,340 @@
+"""Compiled specializations, the dispatch decisions they recorded, backedges and invalidation.
+
+A *node* is one compiled specialization: a dispatcher we own plus one tuple of Numba argument
+types. Three kinds of dispatcher are ours: one per (method, argument types), the trampoline that
+Python calls of a generic function jump through, and ``nr.jit`` functions. Every compile of a
+node reports (through ``numba_glue``'s recording pass) the calls it made:
+
+- to a generic function at lattice types T: the *decision* (f, T, method), and a *backedge* from
+  the callee's node to this one (the callee's code is linked into the caller);
+- to another dispatcher we own: a backedge only.
+
+When a method is added or replaced, each recorded decision of that function is resolved again;
+the nodes whose answer changed, the nodes of a replaced method, and everything that links them
+(transitively, callers of callers) are dropped. Nothing else is touched, and dropped nodes
+compile again lazily on their next call.
+
+Truth table for one recorded decision (f, T -> m) after a change to f:
+
+    new resolution of T   | node
+    ----------------------+---------------------------------
+    m (same object)       | kept
+    another method m'     | dropped, with all its dependants
+    NoMethod / Ambiguity  | dropped (the next compile reports the error)
+"""
+
+import collections
+import inspect
+import weakref
+
+from . import dispatch, numba_glue
+from .dispatch import GenericFunction
+from .errors import CompilationError, DispatchError
+from .lattice import fmt_sig, from_numba, source_location, typeof
+
+
+class Node:
+    """One compiled specialization and what it relied on."""
+
+    __slots__ = ("dispatcher", "args", "label", "decisions", "callees", "callers", "alive")
+
+    def __init__(self, dispatcher, args, label):
+        self.dispatcher = dispatcher
+        self.args = args
+        self.label = label
+        self.decisions = []      # (generic function, lattice signature, method)
+        self.callees = set()
+        self.callers = set()
+        self.alive = True
+
+    def __repr__(self):
+        return f"<node {self.label}{self.args}>"
+
+
+_NODES = {}                                   # (dispatcher, args) -> Node
+_DECISIONS = collections.defaultdict(dict)    # generic function -> {lattice sig: {Node: method}}
+_SPECS = {}                                   # (method, args) -> dispatcher of that method
+_HELPERS = weakref.WeakKeyDictionary()        # plain Python function -> its nr.jit dispatcher
+_counts = collections.Counter()
+_by_function = collections.Counter()
+_by_owner = weakref.WeakKeyDictionary()       # generic function or nr.jit dispatcher -> compiles
+
+
+# --- recording ----------------------------------------------------------------------------------
+
+def _owned(py_func, label, owner=None, options=None):
+    """A dispatcher whose every compile records its decisions, counted for ``owner``."""
+    box = []
+    disp = numba_glue.make_dispatcher(
+        py_func, lambda args, calls: _record(box[0], label, owner or box[0], args, calls), options)
+    box.append(disp)
+    return disp
+
+
+def _record(disp, label, owner, args, calls):
+    old = _NODES.get((disp, args))
+    if old is not None:
+        _unlink(old)
+    node = _NODES[(disp, args)] = Node(disp, args, label)
+    for callee, cargs in calls:
+        if isinstance(callee, GenericFunction):
+            sig = tuple(from_numba(a) for a in cargs)
+            method = callee.resolve(sig)
+            node.decisions.append((callee, sig, method))
+            _DECISIONS[callee].setdefault(sig, {})[node] = method
+            target = _NODES.get((_SPECS.get((method, cargs)), cargs))
+        else:
+            target = _NODES.get((callee, cargs))
+        if target is not None:
+            node.callees.add(target)
+            target.callers.add(node)
+    _counts["compiles"] += 1
+    _by_function[label] += 1
+    _by_owner[owner] = _by_owner.get(owner, 0) + 1
+
+
+def _unlink(node):
+    node.alive = False
+    for callee in node.callees:
+        callee.callers.discard(node)
+    for f, sig, _ in node.decisions:
+        _DECISIONS[f].get(sig, {}).pop(node, None)
+    if _NODES.get((node.dispatcher, node.args)) is node:
+        del _NODES[(node.dispatcher, node.args)]
+
+
+def invalidate(nodes):
+    """Drop ``nodes`` and, transitively, every node that links one of them."""
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if not node.alive:
+            continue
+        stack.extend(node.callers)
+        _unlink(node)
+        if numba_glue.drop_overload(node.dispatcher, node.args):
+            _counts["invalidations"] += 1
+
+
+# --- the backend the dispatch module calls --------------------------------------------------
+
+class _Backend:
+    def numba_type(self, f):
+        cached = f.__dict__.get("_nr_type")
+        if cached is None or cached[0] != f.world:
+            cached = f._nr_type = (f.world, numba_glue.callable_type(f, f.world, _resolver(f)))
+        return cached[1]
+
+    def install_call(self, f):
+        with numba_glue.LOCK:
+            tramp = f.__dict__.get("_nr_trampoline")
+            if tramp is None or tramp._nr_arities != f.arities():
+                _install_trampoline(f)
+
+    def method_changed(self, f, old, new):
+        affected = []
+        for sig, entries in list(_DECISIONS.get(f, {}).items()):
+            try:
+                now = f.resolve(sig)
+            except DispatchError:
+                now = None
+            affected += [node for node, chosen in entries.items() if chosen is not now]
+        if old is not None:
+            for key in [k for k in _SPECS if k[0] is old]:
+                disp = _SPECS.pop(key)
+                affected += [n for (d, _), n in list(_NODES.items()) if d is disp]
+        invalidate(affected)
+        tramp = f.__dict__.get("_nr_trampoline")
+        if tramp is not None and tramp._nr_arities != f.arities():
+            _install_trampoline(f)
+
+
+def _resolver(f):
+    def resolve(context, argtypes):
+        sig = tuple(from_numba(a) for a in argtypes)
+        try:
+            method = f.resolve(sig)
+        except DispatchError as exc:
+            numba_glue.pending_errors().append(exc)
+            raise numba_glue.TypingError(str(exc)) from None
+        return specialize(method, argtypes)
+    return resolve
+
+
+def specialize(method, argtypes):
+    """The dispatcher of ``method`` compiled for ``argtypes`` (compiling it if needed)."""
+    key = (method, argtypes)
+    disp = _SPECS.get(key)
+    if disp is None:
+        disp = _SPECS[key] = _owned(_prepare(method.func), repr(method), method.function)
+    if numba_glue.has_overload(disp, argtypes):
+        _counts["hits"] += 1
+        return disp
+    try:
+        numba_glue.compile_for(disp, argtypes)
+    except numba_glue.NumbaError as exc:
+        pending = numba_glue.pending_errors()
+        if not pending:
+            pending.append(_compile_error(method.func, f"method {method!r}", argtypes, exc))
+        raise numba_glue.TypingError(str(pending[-1])) from None
+    return disp
+
+
+def _compile_error(func, what, argtypes, exc):
+    file, line = source_location(func)
+    sig = fmt_sig(tuple(from_numba(a) for a in argtypes))
+    return CompilationError(
+        f"{what} defined at {file}:{line} could not be compiled for {sig}:\n"
+        f"{numba_glue.error_text(exc)}\n"
+        f"Method bodies and nr.jit functions must be Numba-compilable (nopython mode).",
+        function=func, argtypes=argtypes, file=file, line=line)
+
+
+# --- calls from Python ---------------------------------------------------------------------------
+
+def _install_trampoline(f):
+    """Make ``f(...)`` a direct call of an njit dispatcher whose body calls ``f``.
+
+    Numba's C dispatcher then does the type lookup and the jump, so a call costs about what a
+    call of an ``@njit`` function costs. A single arity gets fixed parameters (a ``*args``
+    signature costs ~70 ns more per call in Numba's argument folding).
+    """
+    old = f.__dict__.get("_nr_trampoline")
+    if old is not None:
+        invalidate([n for (d, _), n in list(_NODES.items()) if d is old])
+    arities = f.arities()
+    if len(arities) == 1:
+        params = ", ".join(f"a{i}" for i in range(arities[0]))
+        src = f"def {f.__name__}({params}):\n    return _f({params})\n"
+    else:
+        src = f"def {f.__name__}(*args):\n    return _f(*args)\n"
+    ns = {}
+    exec(compile(src, f"<numbarules entry of {f.__qualname__}>", "exec"), {"_f": f}, ns)  # noqa: S102
+    tramp = _owned(ns[f.__name__], f"{f.__qualname__} (entry)", f)
+    tramp._nr_arities = arities
+    star = len(arities) != 1    # Numba folds *args into one tuple before the miss hook sees them
+    tramp.before_compile = lambda disp, args: _before_python_call(f, args[0] if star else args)
+    tramp.on_error = lambda disp, args, exc: _boundary_error(exc)
+    f._nr_trampoline = tramp
+    type(f).__call__ = staticmethod(tramp)
+
+
+def _before_python_call(f, args):
+    numba_glue.pending_errors().clear()
+    f.resolve(tuple(typeof(a) for a in args))   # raises NoMethodError / AmbiguityError here
+
+
+def _boundary_error(exc, func=None, args=()):
+    pending = numba_glue.pending_errors()
+    if pending:
+        err = pending[0]
+        pending.clear()
+        where = [ln.strip() for ln in numba_glue.error_text(exc).splitlines() if ln.strip().startswith("File ")]
+        if where and isinstance(err, DispatchError):
+            err.args = (f"{err.args[0]}\nCalled from {where[-1]}",)
+        return err
+    if func is not None:
+        return _compile_error(func, f"nr.jit function {func.__qualname__}", args, exc)
+    return None
+
+
+# --- nr.jit and plain helpers ------------------------------------------------------------------
+
+def jit(func=None, **options):
+    """``numba.njit`` plus backedges: recompiled when a generic function it relies on changes.
+
+    Plain Python functions it calls are compiled alongside (with backedges too).
+    """
+    if func is None:
+        return lambda fn: jit(fn, **options)
+    if options.get("cache"):
+        raise ValueError("nr.jit does not take cache=True: Numba's cache ignores dispatch decisions "
+                         "and would load stale code (numbarules' own disk cache is keyed safely)")
+    disp = _owned(_prepare(func), func.__qualname__, None, options)
+
+    def before(d, args):
+        numba_glue.pending_errors().clear()
+
+    disp.before_compile = before
+    disp.on_error = lambda d, args, exc: _boundary_error(
+        exc, func, numba_glue.typeof_args(d, args))
+    return disp
+
+
+def _is_plain(value):
+    """A pure-Python function Numba cannot call as it is (so we compile it alongside)."""
+    return inspect.isfunction(value) and not numba_glue.numba_types_value(value)
+
+
+def _prepare(func):
+    """``func`` with the plain Python functions it names replaced by their nr.jit versions."""
+    names = set()
+    stack = [func.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack += [c for c in code.co_consts if inspect.iscode(c)]
+    swaps = {n: func.__globals__[n] for n in names
+             if n in func.__globals__ and _is_plain(func.__globals__[n])}
+    cells = func.__closure__ or ()
+    cell_swaps = [i for i, c in enumerate(cells) if _is_plain(_cell_value(c))]
+    if not swaps and not cell_swaps:
+        return func
+    glb = dict(func.__globals__)
+    glb.update({n: _helper(v) for n, v in swaps.items()})
+    closure = tuple(
+        _new_cell(_helper(c.cell_contents)) if i in cell_swaps else c for i, c in enumerate(cells)
+    ) or None
+    new = type(func)(func.__code__, glb, func.__name__, func.__defaults__, closure)
+    new.__qualname__ = func.__qualname__
+    new.__module__ = func.__module__
+    return new
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:   # an empty cell
+        return None
+
+
+def _new_cell(value):
+    return (lambda: value).__closure__[0]
+
+
+def _helper(func):
+    disp = _HELPERS.get(func)
+    if disp is None:
+        disp = _HELPERS[func] = jit(func)
+    return disp
+
+
+# --- counters ------------------------------------------------------------------------------------
+
+def cache_info(f=None):
+    """Counts since start or ``clear_cache()``: compiles, hits, invalidations, and more.
+
+    With ``f`` (a generic function or an ``nr.jit`` function): ``{"compiles": n}`` for it alone,
+    counting every specialization of every one of its methods and its Python entry.
+    """
+    if f is not None:
+        return {"compiles": _by_owner.get(f, 0)}
+    return {
+        "compiles": _counts["compiles"],
+        "hits": _counts["hits"],
+        "invalidations": _counts["invalidations"],
+        "specializations": len(_NODES),
+        "by_function": dict(_by_function),
+    }
+
+
+def clear_cache():
+    """Drop every compiled specialization and reset the counters."""
+    with numba_glue.LOCK:
+        invalidate(list(_NODES.values()))
+        _counts.clear()
+        _by_function.clear()
+        _by_owner.clear()
+
+
+dispatch.set_backend(_Backend())

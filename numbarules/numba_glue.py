@@ -1,0 +1,283 @@
+"""The one module that touches ``numba.core``: typing templates, data models, the compile pipeline.
+
+Three mechanisms live here (see docs/numba-internals.md for how each was found and measured):
+
+1. ``CallableType``: the Numba type of a generic function (``_numba_type_``). It is a
+   ``types.Function`` over a template built per (owner, world). The template's ``generic()``
+   asks a resolver callback for the dispatcher of the method that applies, and hands the call to
+   it through ``types.Dispatcher(d).get_call_type``. Lowering then finds the callee's compiled
+   code through ``get_impl_key``, exactly as for a call to an ``@njit`` function.
+2. ``recording_pipeline(observer)``: Numba's nopython pipeline plus one analysis pass after type
+   inference that reports every call the function makes to generic functions and to our own
+   dispatchers. That is how every compiled specialization records its dispatch decisions.
+3. ``Dispatcher``: a ``CPUDispatcher`` whose compile-on-miss path can be hooked (resolution and
+   readable errors first) and whose overloads can be dropped one signature at a time
+   (``drop_overload``), so invalidation never recompiles a signature that is still valid.
+"""
+
+import operator
+import threading
+
+from numba.core import compiler, errors, ir, types
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.compiler_machinery import FunctionPass, register_pass
+from numba.core.extending import NativeValue, models, register_model, unbox
+from numba.core.imputils import lower_builtin, lower_constant
+from numba.core.typing.templates import infer_global
+from numba.core.typing.typeof import typeof_impl
+from numba.core.registry import CPUDispatcher, cpu_target
+from numba.core.typed_passes import NopythonTypeInference
+from numba.core.typing.templates import AbstractTemplate
+
+#: numbarules and Numba compile under one lock. Taking two locks in either order would deadlock
+#: when one thread compiles (Numba's lock, then ours from inside typing) while another adds a
+#: method (ours, then Numba's to compile).
+LOCK = global_compiler_lock
+
+TypingError = errors.TypingError
+NumbaError = errors.NumbaError
+
+
+def unliteral(argtypes):
+    return tuple(types.unliteral(a) for a in argtypes)
+
+
+# --- 1. the Numba type of a generic function -------------------------------------------------
+
+class CallableType(types.Function):
+    """Numba type of a generic function at one world: calls are dispatched while typing."""
+
+    def __init__(self, template):
+        super().__init__(template)
+        self.owner = template.owner
+
+
+class _CallTemplate(AbstractTemplate):
+    owner = None
+    resolve = None    # resolve(context, argtypes) -> a numba Dispatcher, or raise TypingError
+    _chosen = None    # argtypes -> dispatcher, filled by generic(), read by get_impl_key()
+
+    def generic(self, args, kws):
+        if kws:
+            raise TypingError(f"{self.owner.__name__}: keyword arguments are not supported in "
+                              f"compiled calls to a generic function; pass them positionally")
+        args = unliteral(args)
+        disp = type(self).resolve(self.context, args)
+        sig = types.Dispatcher(disp).get_call_type(self.context, args, {})
+        type(self)._chosen[sig.args] = disp
+        return sig
+
+    def get_impl_key(self, sig):
+        return self._chosen[sig.args].get_overload(sig.args)
+
+
+def callable_type(owner, world, resolve):
+    """A fresh Numba type for ``owner`` at ``world``; ``resolve`` picks the callee dispatcher."""
+    template = type(f"CallTemplate[{owner.__name__}@{world}]", (_CallTemplate,), {
+        "key": (owner, world), "owner": owner, "resolve": staticmethod(resolve), "_chosen": {},
+    })
+    return CallableType(template)
+
+
+register_model(CallableType)(models.OpaqueModel)
+
+
+@unbox(CallableType)
+def _unbox_callable(typ, obj, c):
+    # The value carries no data: the call was dispatched when the caller was typed.
+    return NativeValue(c.context.get_dummy_value())
+
+
+@lower_constant(CallableType)
+def _constant_callable(context, builder, ty, pyval):
+    return context.get_dummy_value()
+
+
+# --- parametric struct families used as values in compiled code (``nr.Tangent[S](...)``) ------
+
+class FamilyType(types.Opaque):
+    """The Numba type of a struct family such as ``nr.Tangent``: indexing it gives a struct class."""
+
+    def __init__(self, family, lookup):
+        self.family = family
+        self.lookup = lookup
+        super().__init__(f"family[{family.__qualname__}]")
+
+    @property
+    def key(self):
+        return self.family
+
+
+register_model(FamilyType)(models.OpaqueModel)
+
+
+@lower_constant(FamilyType)
+def _constant_family(context, builder, ty, pyval):
+    return context.get_dummy_value()
+
+
+@infer_global(operator.getitem)
+class _FamilyGetitem(AbstractTemplate):
+    def generic(self, args, kws):
+        if len(args) == 2 and isinstance(args[0], FamilyType) and isinstance(
+                args[1], types.NamedTupleClass):
+            return types.NamedTupleClass(args[0].lookup(args[1].instance_class))(*args)
+
+
+@lower_builtin(operator.getitem, FamilyType, types.NamedTupleClass)
+def _lower_family_getitem(context, builder, sig, args):
+    return context.get_dummy_value()
+
+
+def register_family(metaclass, family, lookup):
+    """Let compiled code write ``family[S]`` for struct ``S`` (classes of ``metaclass``)."""
+    def typeof_family_class(val, c):
+        if val is family:
+            return FamilyType(family, lookup)
+        return types.NamedTupleClass(val)
+    typeof_impl.register(metaclass)(typeof_family_class)
+
+
+# --- 2. recording what a compile relied on ----------------------------------------------------
+
+@register_pass(mutates_CFG=False, analysis_only=True)
+class RecordCalls(FunctionPass):
+    """Report each call to a generic function or to one of our dispatchers to the observer."""
+
+    _name = "numbarules_record_calls"
+
+    def __init__(self):
+        FunctionPass.__init__(self)
+
+    def run_pass(self, state):
+        observer = getattr(state, "nr_observer", None)
+        if observer is None:
+            return False
+        calls = []
+        for block in state.func_ir.blocks.values():
+            for inst in block.body:
+                expr = getattr(inst, "value", None)
+                if not (isinstance(inst, ir.Assign) and isinstance(expr, ir.Expr)
+                        and expr.op == "call"):
+                    continue
+                fnty = state.typemap.get(expr.func.name)
+                sig = state.calltypes.get(expr)
+                if sig is None:
+                    continue
+                if isinstance(fnty, CallableType):
+                    calls.append((fnty.owner, tuple(sig.args)))
+                elif isinstance(fnty, types.Dispatcher):
+                    calls.append((fnty.dispatcher, tuple(sig.args)))
+        observer(tuple(state.args), calls)
+        return False
+
+
+class _RecordingCompiler(compiler.CompilerBase):
+    observer = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.state.nr_observer = type(self).observer
+
+    def define_pipelines(self):
+        pm = compiler.DefaultPassBuilder.define_nopython_pipeline(self.state)
+        pm.add_pass_after(RecordCalls, NopythonTypeInference)
+        pm.finalize()
+        return [pm]
+
+
+def recording_pipeline(observer):
+    """A pipeline class that calls ``observer(argtypes, calls)`` after type inference."""
+    return type("RecordingCompiler", (_RecordingCompiler,), {"observer": staticmethod(observer)})
+
+
+# --- 3. dispatchers we own --------------------------------------------------------------------
+
+class Dispatcher(CPUDispatcher):
+    """An njit dispatcher with hooks on the compile-on-miss path.
+
+    ``before_compile(dispatcher, args)`` runs first (it resolves methods and raises our own
+    errors); ``on_error(dispatcher, args, exc)`` may return a clearer exception to raise instead of
+    a Numba error.
+    """
+
+    before_compile = None
+    on_error = None
+
+    def _compile_for_args(self, *args, **kws):
+        with LOCK:
+            if self.before_compile is not None:
+                self.before_compile(self, args)
+            try:
+                return super()._compile_for_args(*args, **kws)
+            except NumbaError as exc:
+                better = self.on_error(self, args, exc) if self.on_error else None
+                if better is None:
+                    raise
+                raise better from None
+
+
+def make_dispatcher(py_func, observer, options=None):
+    opts = {"nopython": True}
+    opts.update(options or {})
+    return Dispatcher(py_func, targetoptions=opts, pipeline_class=recording_pipeline(observer))
+
+
+def compile_for(dispatcher, argtypes):
+    """Compile ``dispatcher`` for ``argtypes`` (a no-op if it already has them)."""
+    return dispatcher.compile(tuple(argtypes))
+
+
+def has_overload(dispatcher, argtypes):
+    return tuple(argtypes) in dispatcher.overloads
+
+
+def drop_overload(dispatcher, argtypes):
+    """Forget one compiled signature; the others stay callable. Returns whether it existed."""
+    cres = dispatcher.overloads.pop(tuple(argtypes), None)
+    if cres is None:
+        return False
+    try:
+        dispatcher.targetctx.remove_user_function(cres.entry_point)
+    except KeyError:
+        pass
+    # The C-level type table has no single-entry removal: clear it and put the survivors back.
+    dispatcher._clear()
+    for args, kept in dispatcher.overloads.items():
+        dispatcher._insert([a._code for a in args], kept.entry_point, kept.objectmode)
+    return True
+
+
+def numba_types_value(value):
+    """Whether Numba's CPU typing context can type ``value`` as a global (e.g. np.linalg.norm)."""
+    try:
+        return cpu_target.typing_context.resolve_value_type(value) is not None
+    except (NumbaError, ValueError, TypeError):
+        return False
+
+
+def typeof_args(dispatcher, args):
+    return tuple(dispatcher.typeof_pyval(a) for a in args)
+
+
+def error_text(exc):
+    """Numba's message without the generic help paragraphs it appends."""
+    text = str(exc)
+    for marker in ("\nThis error may have been caused", "\nFor more information about typing"):
+        text = text.split(marker)[0]
+    kept = []
+    for para in text.strip().split("\n\n"):
+        if para not in kept and not para.startswith("During: Pass "):
+            kept.append(para)
+    return "\n\n".join(kept).strip()
+
+
+_local = threading.local()
+
+
+def pending_errors():
+    """Per-thread stack of errors raised inside nested compiles, to re-raise at the boundary."""
+    stack = getattr(_local, "pending", None)
+    if stack is None:
+        stack = _local.pending = []
+    return stack

@@ -1,0 +1,216 @@
+"""Backedges: adding or replacing a method recompiles exactly what it affects."""
+import threading
+
+import numba
+import numpy as np
+
+import numbarules as nr
+
+
+def compiles(f):
+    return nr.cache_info(f)["compiles"]
+
+
+def build_graph():
+    """leaf <- mid <- top (nr.jit), plus an unrelated function that also calls leaf."""
+
+    @nr.generic
+    def leaf(x: nr.Real):
+        return x + 1.0
+
+    @nr.generic
+    def mid(x: nr.Real):
+        return leaf(x) * 2.0
+
+    @nr.jit
+    def top(x):
+        return mid(x) + 100.0
+
+    @nr.generic
+    def unrelated(x: nr.Real):
+        return x - 1.0
+
+    @nr.jit
+    def uses_leaf_on_ints(n):
+        return leaf(n)
+
+    return leaf, mid, top, unrelated, uses_leaf_on_ints
+
+
+def test_precise_invalidation_through_two_levels():
+    leaf, mid, top, unrelated, uses_leaf_on_ints = build_graph()
+    assert top(1.0) == 104.0
+    assert unrelated(1.0) == 0.0
+    assert uses_leaf_on_ints(1) == 2.0
+    counts = {f: compiles(f) for f in (leaf, mid, top, unrelated, uses_leaf_on_ints)}
+    before = nr.cache_info()
+
+    @leaf.method
+    def leaf(x: nr.Float64):          # more specific for floats only
+        return x + 10.0
+
+    # Invalidated: mid(Float64), top(float64): a caller two levels up. Not the int path.
+    after_add = nr.cache_info()
+    assert after_add["invalidations"] - before["invalidations"] == 2
+    assert top(1.0) == 122.0
+    assert uses_leaf_on_ints(1) == 2.0
+    assert unrelated(1.0) == 0.0
+    assert compiles(top) == counts[top] + 1
+    assert compiles(mid) == counts[mid] + 1
+    assert compiles(leaf) == counts[leaf] + 1          # the new method's body, once
+    assert compiles(uses_leaf_on_ints) == counts[uses_leaf_on_ints]
+    assert compiles(unrelated) == counts[unrelated]
+
+
+def test_adding_an_unrelated_method_recompiles_nothing():
+    leaf, mid, top, unrelated, _ = build_graph()
+    top(1.0)
+    before = nr.cache_info()
+
+    @leaf.method
+    def leaf(x: nr.AbstractMatrix):   # no recorded call has a matrix argument
+        return 0.0
+
+    assert nr.cache_info()["invalidations"] == before["invalidations"]
+    assert top(1.0) == 104.0
+    assert nr.cache_info()["compiles"] == before["compiles"]
+
+
+def test_replacing_a_method_recompiles_its_callers():
+    leaf, mid, top, _, _ = build_graph()
+    assert top(2.0) == 106.0
+    assert mid(2.0) == 6.0
+
+    @leaf.method
+    def leaf(x: nr.Real):             # same signature: replaces the body
+        return x * 0.0
+
+    assert len(leaf.methods) == 1
+    assert top(2.0) == 100.0
+    assert mid(2.0) == 0.0
+    assert leaf(2.0) == 0.0
+
+
+def test_python_entry_is_invalidated_too():
+    leaf, _, _, _, _ = build_graph()
+    assert leaf(1.0) == 2.0
+    n = compiles(leaf)
+
+    @leaf.method
+    def leaf(x: nr.Float64):
+        return -1.0
+    assert leaf(1.0) == -1.0
+    assert leaf(1) == 2.0
+    # The new method and the float entry again; the Real method for Int64 and its entry (new).
+    assert compiles(leaf) == n + 4
+
+
+def test_new_arity_keeps_old_entries_working():
+    leaf, _, _, _, _ = build_graph()
+    assert leaf(1.0) == 2.0
+
+    @leaf.method
+    def leaf(x: nr.Real, y: nr.Real):
+        return x + y
+    assert leaf(1.0) == 2.0
+    assert leaf(1.0, 2.0) == 3.0
+
+
+def test_method_that_makes_a_recorded_call_ambiguous():
+    @nr.generic
+    def f(x: nr.Real, y: nr.Real):
+        return 1.0
+
+    @nr.jit
+    def g(x, y):
+        return f(x, y)
+    assert g(1.0, 1.0) == 1.0
+
+    @f.method
+    def f(x: nr.Float64, y: nr.Real):
+        return 2.0
+    assert g(1.0, 1.0) == 2.0
+
+    @f.method
+    def f(x: nr.Real, y: nr.Float64):
+        return 3.0
+    try:
+        g(1.0, 1.0)
+    except nr.AmbiguityError as exc:
+        assert "ambiguous" in str(exc)
+    else:
+        raise AssertionError("an ambiguous call must not run stale code")
+
+
+def test_plain_njit_keeps_the_decisions_it_was_compiled_with():
+    leaf, _, _, _, _ = build_graph()
+
+    @numba.njit
+    def plain(x):
+        return leaf(x)
+    assert plain(1.0) == 2.0
+
+    @leaf.method
+    def leaf(x: nr.Float64):
+        return 0.0
+    assert plain(1.0) == 2.0          # world age: as documented in the README
+    assert plain(np.float32(1.0)) == 2.0
+
+
+def test_clear_cache_resets_counters_and_recompiles_lazily():
+    leaf, mid, top, _, _ = build_graph()
+    assert top(3.0) == 108.0
+    nr.clear_cache()
+    info = nr.cache_info()
+    assert info["compiles"] == 0 and info["hits"] == 0 and info["specializations"] == 0
+    assert top(3.0) == 108.0
+    assert nr.cache_info()["compiles"] >= 3
+    assert nr.cache_info()["hits"] >= 0
+
+
+def test_concurrent_calls_while_methods_are_added():
+    @nr.generic
+    def f(x: nr.Real):
+        return 1.0
+
+    @nr.jit
+    def g(x):
+        return f(x) * 10.0
+
+    xs = [1.0, 2, np.float32(3.0)]
+    for x in xs:
+        g(x)
+    stop = threading.Event()
+    seen, errors = [], []
+
+    def worker():
+        while not stop.is_set():
+            for x in xs:
+                try:
+                    seen.append((type(x), g(x)))
+                except Exception as exc:   # noqa: BLE001 - the test reports any failure
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        @f.method
+        def f(x: nr.Float64):
+            return 2.0
+
+        @f.method
+        def f(x: nr.Int64):
+            return 3.0
+
+        @f.method
+        def f(x: nr.Real):
+            return 4.0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    allowed = {float: {10.0, 20.0}, int: {10.0, 30.0}, np.float32: {10.0, 40.0}}
+    assert all(v in allowed[t] for t, v in seen)
+    assert [g(x) for x in xs] == [20.0, 30.0, 40.0]
