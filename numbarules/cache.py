@@ -157,16 +157,18 @@ def _resolver(f):
         except DispatchError as exc:
             numba_glue.pending_errors().append(exc)
             raise numba_glue.TypingError(str(exc)) from None
-        return specialize(method, argtypes)
+        return specialize(method, argtypes, context)
     return resolve
 
 
-def specialize(method, argtypes):
+def specialize(method, argtypes, context=None):
     """The dispatcher of ``method`` compiled for ``argtypes`` (compiling it if needed)."""
     key = (method, argtypes)
     disp = _SPECS.get(key)
     if disp is None:
         disp = _SPECS[key] = _owned(_prepare(method.func), repr(method), method.function)
+    if context is not None and numba_glue.being_typed(context, disp, argtypes):
+        return disp                 # a recursive call: the template types it
     if numba_glue.has_overload(disp, argtypes):
         _counts["hits"] += 1
         return disp

@@ -18,7 +18,7 @@ Three mechanisms live here (see docs/numba-internals.md for how each was found a
 import operator
 import threading
 
-from numba.core import compiler, errors, ir, types
+from numba.core import cgutils, compiler, errors, funcdesc, ir, types, typing
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.extending import NativeValue, models, register_model, unbox
@@ -35,6 +35,7 @@ from numba.core.typing.templates import AbstractTemplate
 LOCK = global_compiler_lock
 
 TypingError = errors.TypingError
+_local = threading.local()
 NumbaError = errors.NumbaError
 
 
@@ -63,12 +64,68 @@ class _CallTemplate(AbstractTemplate):
                               f"compiled calls to a generic function; pass them positionally")
         args = unliteral(args)
         disp = type(self).resolve(self.context, args)
+        frame = self.context.callstack.match(disp.py_func, args)
+        if frame is not None:
+            return self._recursive(disp, frame, args)
         sig = types.Dispatcher(disp).get_call_type(self.context, args, {})
         type(self)._chosen[sig.args] = disp
         return sig
 
+    def _recursive(self, disp, frame, args):
+        # The callee is being typed further up this very stack: a recursive call. Type it with
+        # the return type inferred so far (as Numba does for its own dispatchers) and lower it
+        # as a call to the symbol the callee will have.
+        partial = _local.__dict__.setdefault("partial", set())
+        if id(frame) in partial:
+            # Numba's partial re-inference of the recursive function reaches this call again;
+            # leave it untyped there (Numba does the same for its own recursive calls).
+            raise TypingError("recursive call, typed once the base case is known")
+        partial.add(id(frame))
+        try:
+            return_type = frame.typeinfer.return_types_from_partial()
+        finally:
+            partial.discard(id(frame))
+            # The partial pass recorded our refusal in the compile session's failure cache;
+            # forget it, or the real pass would replay it.
+            fails = self.context.callstack._fail_cache
+            for key in [k for k in fails if getattr(k[0], "owner", None) is self.owner]:
+                del fails[key]
+        if return_type is None:
+            raise TypingError(f"cannot infer the return type of the recursive call to "
+                              f"{self.owner.__name__}: put a non-recursive return first")
+        frame.add_return_type(return_type)
+        sig = typing.signature(return_type, *args)
+        key = _RecursiveKey(disp, frame.func_id, args)
+        disp.targetctx.insert_func_defn([(key.lower, key, args)])
+        type(self)._chosen[sig.args] = key
+        return sig
+
     def get_impl_key(self, sig):
-        return self._chosen[sig.args].get_overload(sig.args)
+        chosen = self._chosen[sig.args]
+        if isinstance(chosen, _RecursiveKey):
+            return chosen
+        return chosen.get_overload(sig.args)
+
+
+class _RecursiveKey:
+    """Lowering of a recursive call: a call of the symbol the function being compiled will have."""
+
+    def __init__(self, disp, func_id, args):
+        flags = compiler.Flags()
+        disp.targetdescr.options.parse_as_flags(flags, disp.targetoptions)
+        flags = disp._compiler._customize_flags(flags)
+        qualname = funcdesc.qualifying_prefix(func_id.modname, func_id.func_qualname)
+        self.symbol = funcdesc.default_mangler(qualname, args, abi_tags=[flags.get_mangle_string()],
+                                               uid=func_id.unique_id)
+
+    def lower(self, context, builder, sig, args):
+        if builder.function.name == self.symbol:
+            status, res = context.call_conv.call_function(builder, builder.function,
+                                                          sig.return_type, sig.args, args)
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return res
+        return context.call_unresolved(builder, self.symbol, sig, args)
 
 
 def callable_type(owner, world, resolve):
@@ -223,6 +280,11 @@ def make_dispatcher(py_func, observer, options=None):
     return Dispatcher(py_func, targetoptions=opts, pipeline_class=recording_pipeline(observer))
 
 
+def being_typed(context, dispatcher, argtypes):
+    """Whether ``dispatcher`` is being typed for ``argtypes`` up this stack (a recursive call)."""
+    return context.callstack.match(dispatcher.py_func, tuple(argtypes)) is not None
+
+
 def compile_for(dispatcher, argtypes):
     """Compile ``dispatcher`` for ``argtypes`` (a no-op if it already has them)."""
     return dispatcher.compile(tuple(argtypes))
@@ -270,9 +332,6 @@ def error_text(exc):
         if para not in kept and not para.startswith("During: Pass "):
             kept.append(para)
     return "\n\n".join(kept).strip()
-
-
-_local = threading.local()
 
 
 def pending_errors():

@@ -165,3 +165,34 @@ def test_call_overhead_path_is_numbas_dispatcher():
     my_sum(A)
     assert type(my_sum).__call__ is my_sum._nr_trampoline
     assert isinstance(my_sum, nr.GenericFunction)
+
+
+@nr.generic
+def power(x: nr.Float64, n: nr.Int64):
+    if n == 0:
+        return 1.0
+    return x * power(x, n - 1)
+
+
+@nr.generic
+def is_even(n: nr.Int64):
+    if n == 0:
+        return True
+    return is_odd(n - 1)
+
+
+@nr.generic
+def is_odd(n: nr.Int64):
+    if n == 0:
+        return False
+    return is_even(n - 1)
+
+
+def test_recursion_through_generic_functions():
+    assert power(2.0, 10) == 1024.0
+    assert is_even(10) and is_odd(7) and not is_even(7)
+
+    @nr.jit
+    def poly(x):
+        return power(x, 3) + power(x, 2)
+    assert poly(2.0) == 12.0
