@@ -9,6 +9,10 @@ from .lattice import (Any, Number, Real, AbstractFloat, Integer, Signed, Float64
 from .structs import struct, Tangent
 from .dispatch import GenericFunction, Method, generic, which
 from .cache import jit, cache_info, clear_cache
+from .rules import scalar_rule
+from . import primitives  # noqa: F401 - registers the built-in rules
+from .api import grad, value_and_grad, pullback, code, ad_stats
+from . import testing
 from .errors import (NumbarulesError, SignatureError, DispatchError, NoMethodError, AmbiguityError,
                      CompilationError, UnsupportedSyntaxError, DifferentiationError, RuleError)
 
@@ -18,7 +22,8 @@ __all__ = [
     "Any", "Number", "Real", "AbstractFloat", "Integer", "Signed", "Float64", "Float32", "Int64",
     "Int32", "Bool", "AbstractArray", "AbstractVector", "AbstractMatrix", "Array", "Vector",
     "Matrix", "typeof", "issubtype", "struct", "Tangent", "GenericFunction", "Method", "generic",
-    "which", "jit", "cache_info", "clear_cache", "NumbarulesError", "SignatureError",
+    "which", "jit", "cache_info", "clear_cache", "scalar_rule", "grad", "value_and_grad",
+    "pullback", "code", "ad_stats", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError",
 ]

@@ -34,11 +34,12 @@ from .lattice import fmt_sig, from_numba, source_location, typeof
 
 
 class Node:
-    """One compiled specialization and what it relied on."""
+    """One compiled specialization (or one engine-made choice) and what it relied on."""
 
-    __slots__ = ("dispatcher", "args", "label", "decisions", "callees", "callers", "alive")
+    __slots__ = ("dispatcher", "args", "label", "decisions", "callees", "callers", "alive",
+                 "on_drop")
 
-    def __init__(self, dispatcher, args, label):
+    def __init__(self, dispatcher, args, label, on_drop=None):
         self.dispatcher = dispatcher
         self.args = args
         self.label = label
@@ -46,6 +47,13 @@ class Node:
         self.callees = set()
         self.callers = set()
         self.alive = True
+        self.on_drop = on_drop   # engine nodes: what to forget when dropped
+
+    def drop(self):
+        if self.dispatcher is None:
+            self.on_drop()
+            return True
+        return numba_glue.drop_overload(self.dispatcher, self.args)
 
     def __repr__(self):
         return f"<node {self.label}{self.args}>"
@@ -62,20 +70,48 @@ _by_owner = weakref.WeakKeyDictionary()       # generic function or nr.jit dispa
 
 # --- recording ----------------------------------------------------------------------------------
 
-def _owned(py_func, label, owner=None, options=None):
-    """A dispatcher whose every compile records its decisions, counted for ``owner``."""
+def owned(py_func, label, owner=None, options=None, depends=(), local_types=None):
+    """A dispatcher whose every compile records its decisions, counted for ``owner``.
+
+    ``depends``: engine nodes every compile of it relies on (the AD kernels it was generated
+    from); dropping one of them drops this dispatcher's compiled code too.
+    """
     box = []
     disp = numba_glue.make_dispatcher(
-        py_func, lambda args, calls: _record(box[0], label, owner or box[0], args, calls), options)
+        py_func, lambda args, calls: _record(box[0], label, owner or box[0], args, calls, depends),
+        options, local_types)
     box.append(disp)
     return disp
 
 
-def _record(disp, label, owner, args, calls):
+def engine_node(label, decisions=(), callees=(), on_drop=None):
+    """A node for a choice the AD engine made while generating code (not a compile).
+
+    ``decisions``: (generic function, lattice signature, method) it relied on. When one comes out
+    differently, the node is dropped (``on_drop`` runs) with everything that depends on it.
+    """
+    node = Node(None, (), label, on_drop or (lambda: None))
+    _link(node, decisions, callees)
+    _NODES[(node, ())] = node
+    return node
+
+
+def _link(node, decisions, callees):
+    for f, sig, method in decisions:
+        node.decisions.append((f, sig, method))
+        _DECISIONS[f].setdefault(sig, {})[node] = method
+    for target in callees:
+        if target is not None and target.alive:
+            node.callees.add(target)
+            target.callers.add(node)
+
+
+def _record(disp, label, owner, args, calls, depends=()):
     old = _NODES.get((disp, args))
     if old is not None:
         _unlink(old)
     node = _NODES[(disp, args)] = Node(disp, args, label)
+    _link(node, (), depends)
     for callee, cargs in calls:
         if isinstance(callee, GenericFunction):
             sig = tuple(from_numba(a) for a in cargs)
@@ -83,6 +119,8 @@ def _record(disp, label, owner, args, calls):
             node.decisions.append((callee, sig, method))
             _DECISIONS[callee].setdefault(sig, {})[node] = method
             target = _NODES.get((_SPECS.get((method, cargs)), cargs))
+        elif hasattr(callee, "_nr_node_for"):      # a gradient object: its driver's node
+            target = callee._nr_node_for(cargs)
         else:
             target = _NODES.get((callee, cargs))
         if target is not None:
@@ -99,8 +137,9 @@ def _unlink(node):
         callee.callers.discard(node)
     for f, sig, _ in node.decisions:
         _DECISIONS[f].get(sig, {}).pop(node, None)
-    if _NODES.get((node.dispatcher, node.args)) is node:
-        del _NODES[(node.dispatcher, node.args)]
+    key = (node.dispatcher if node.dispatcher is not None else node, node.args)
+    if _NODES.get(key) is node:
+        del _NODES[key]
 
 
 def invalidate(nodes):
@@ -112,7 +151,7 @@ def invalidate(nodes):
             continue
         stack.extend(node.callers)
         _unlink(node)
-        if numba_glue.drop_overload(node.dispatcher, node.args):
+        if node.drop():
             _counts["invalidations"] += 1
 
 
@@ -166,7 +205,7 @@ def specialize(method, argtypes, context=None):
     key = (method, argtypes)
     disp = _SPECS.get(key)
     if disp is None:
-        disp = _SPECS[key] = _owned(_prepare(method.func), repr(method), method.function)
+        disp = _SPECS[key] = owned(_prepare(method.func), repr(method), method.function)
     if context is not None and numba_glue.being_typed(context, disp, argtypes):
         return disp                 # a recursive call: the template types it
     if numba_glue.has_overload(disp, argtypes):
@@ -195,35 +234,43 @@ def _compile_error(func, what, argtypes, exc):
 # --- calls from Python ---------------------------------------------------------------------------
 
 def _install_trampoline(f):
-    """Make ``f(...)`` a direct call of an njit dispatcher whose body calls ``f``.
+    install_entry(f, f.arities(), lambda args: f.resolve(tuple(typeof(a) for a in args)))
+
+
+def install_entry(owner, arities, check):
+    """Make ``owner(...)`` a direct call of an njit dispatcher whose body calls ``owner``.
 
     Numba's C dispatcher then does the type lookup and the jump, so a call costs about what a
     call of an ``@njit`` function costs. A single arity gets fixed parameters (a ``*args``
-    signature costs ~70 ns more per call in Numba's argument folding).
+    signature costs ~70 ns more per call in Numba's argument folding). ``check(args)`` runs on
+    the first call with new types, before compiling: it raises our own errors (NoMethodError).
     """
-    old = f.__dict__.get("_nr_trampoline")
+    old = owner.__dict__.get("_nr_trampoline")
     if old is not None:
         invalidate([n for (d, _), n in list(_NODES.items()) if d is old])
-    arities = f.arities()
     if len(arities) == 1:
         params = ", ".join(f"a{i}" for i in range(arities[0]))
-        src = f"def {f.__name__}({params}):\n    return _f({params})\n"
+        src = f"def {owner.__name__}({params}):\n    return _f({params})\n"
     else:
-        src = f"def {f.__name__}(*args):\n    return _f(*args)\n"
+        src = f"def {owner.__name__}(*args):\n    return _f(*args)\n"
     ns = {}
-    exec(compile(src, f"<numbarules entry of {f.__qualname__}>", "exec"), {"_f": f}, ns)  # noqa: S102
-    tramp = _owned(ns[f.__name__], f"{f.__qualname__} (entry)", f)
+    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"), {"_f": owner}, ns)  # noqa: S102
+    tramp = owned(ns[owner.__name__], f"{owner.__qualname__} (entry)", owner)
     tramp._nr_arities = arities
     star = len(arities) != 1    # Numba folds *args into one tuple before the miss hook sees them
-    tramp.before_compile = lambda disp, args: _before_python_call(f, args[0] if star else args)
+
+    def before(disp, args):
+        numba_glue.pending_errors().clear()
+        check(args[0] if star else args)
+
+    tramp.before_compile = before
     tramp.on_error = lambda disp, args, exc: _boundary_error(exc)
-    f._nr_trampoline = tramp
-    type(f).__call__ = staticmethod(tramp)
+    owner._nr_trampoline = tramp
+    type(owner).__call__ = staticmethod(tramp)
 
 
-def _before_python_call(f, args):
-    numba_glue.pending_errors().clear()
-    f.resolve(tuple(typeof(a) for a in args))   # raises NoMethodError / AmbiguityError here
+def node_of(dispatcher, argtypes):
+    return _NODES.get((dispatcher, tuple(argtypes)))
 
 
 def _boundary_error(exc, func=None, args=()):
@@ -252,7 +299,7 @@ def jit(func=None, **options):
     if options.get("cache"):
         raise ValueError("nr.jit does not take cache=True: Numba's cache ignores dispatch decisions "
                          "and would load stale code (numbarules' own disk cache is keyed safely)")
-    disp = _owned(_prepare(func), func.__qualname__, None, options)
+    disp = owned(_prepare(func), func.__qualname__, None, options)
 
     def before(d, args):
         numba_glue.pending_errors().clear()
@@ -263,7 +310,7 @@ def jit(func=None, **options):
     return disp
 
 
-def _is_plain(value):
+def is_plain(value):
     """A pure-Python function Numba cannot call as it is (so we compile it alongside)."""
     return inspect.isfunction(value) and not numba_glue.numba_types_value(value)
 
@@ -277,15 +324,15 @@ def _prepare(func):
         names.update(code.co_names)
         stack += [c for c in code.co_consts if inspect.iscode(c)]
     swaps = {n: func.__globals__[n] for n in names
-             if n in func.__globals__ and _is_plain(func.__globals__[n])}
+             if n in func.__globals__ and is_plain(func.__globals__[n])}
     cells = func.__closure__ or ()
-    cell_swaps = [i for i, c in enumerate(cells) if _is_plain(_cell_value(c))]
+    cell_swaps = [i for i, c in enumerate(cells) if is_plain(_cell_value(c))]
     if not swaps and not cell_swaps:
         return func
     glb = dict(func.__globals__)
-    glb.update({n: _helper(v) for n, v in swaps.items()})
+    glb.update({n: helper(v) for n, v in swaps.items()})
     closure = tuple(
-        _new_cell(_helper(c.cell_contents)) if i in cell_swaps else c for i, c in enumerate(cells)
+        _new_cell(helper(c.cell_contents)) if i in cell_swaps else c for i, c in enumerate(cells)
     ) or None
     new = type(func)(func.__code__, glb, func.__name__, func.__defaults__, closure)
     new.__qualname__ = func.__qualname__
@@ -304,7 +351,7 @@ def _new_cell(value):
     return (lambda: value).__closure__[0]
 
 
-def _helper(func):
+def helper(func):
     disp = _HELPERS.get(func)
     if disp is None:
         disp = _HELPERS[func] = jit(func)

@@ -26,7 +26,9 @@ from numba.core.imputils import lower_builtin, lower_constant
 from numba.core.typing.templates import infer_global
 from numba.core.typing.typeof import typeof_impl
 from numba.core.registry import CPUDispatcher, cpu_target
+from numba.core import typed_passes
 from numba.core.typed_passes import NopythonTypeInference
+from numba import typeof as numba_typeof
 from numba.core.typing.templates import AbstractTemplate
 
 #: numbarules and Numba compile under one lock. Taking two locks in either order would deadlock
@@ -274,10 +276,23 @@ class Dispatcher(CPUDispatcher):
                 raise better from None
 
 
-def make_dispatcher(py_func, observer, options=None):
+def make_dispatcher(py_func, observer, options=None, local_types=None):
     opts = {"nopython": True}
     opts.update(options or {})
-    return Dispatcher(py_func, targetoptions=opts, pipeline_class=recording_pipeline(observer))
+    return Dispatcher(py_func, locals=dict(local_types or {}), targetoptions=opts,
+                      pipeline_class=recording_pipeline(observer))
+
+
+def tuple_type(items):
+    return types.Tuple(tuple(items))
+
+
+def array_type_like(t):
+    """The type of ``np.zeros_like`` of an array of type ``t``: same dtype and rank, C layout."""
+    return types.Array(t.dtype, t.ndim, "C")
+
+
+NONE = types.none
 
 
 def being_typed(context, dispatcher, argtypes):
@@ -340,3 +355,25 @@ def pending_errors():
     if stack is None:
         stack = _local.pending = []
     return stack
+
+
+def infer_types(py_func, argtypes):
+    """Numba's types for every variable of ``py_func`` at ``argtypes``, without compiling it.
+
+    Type inference runs without SSA reconstruction, so each variable has one (unified) type
+    under its own name.
+    """
+    typing_ctx, target_ctx = cpu_target.typing_context, cpu_target.target_context
+    typing_ctx.refresh()
+    target_ctx.refresh()
+    with LOCK:
+        func_ir = compiler.run_frontend(py_func)
+        result = typed_passes.type_inference_stage(typing_ctx, target_ctx, func_ir,
+                                                   tuple(argtypes), None)
+    typemap = {k: types.unliteral(v) for k, v in result.typemap.items()
+               if not k.startswith(("$", "arg."))}
+    return typemap, result.return_type
+
+
+def typeof_value(value):
+    return numba_typeof(value)

@@ -1,0 +1,372 @@
+"""Analyses over the normalised IR: activity, what the reverse pass reads, what must be saved.
+
+``plan(fn, types, mask, calls) -> Plan`` is a pure function. The decisions, per variable ``v``
+and per assignment site ``S`` of ``v``:
+
+    v active                = varied (depends on a differentiated input)
+                              and useful (influences the result) and of a float kind
+    v needed                = the reverse pass reads v's primal value
+    S recomputable          = S sits directly in a loop body, is a cheap pure operation whose
+                              operands do not change inside that loop (or are recomputable
+                              themselves), and v is not read before S in the body: the reverse
+                              pass re-executes S at the start of each iteration instead of
+                              saving v
+    push old v before S     = v needed and S not recomputable and (v has several sites or S is
+                              inside a loop); the reverse pass pops it back after S's adjoint
+
+Arrays are single-assignment here (a name bound once, outside loops, when the array is active);
+their overwritten *elements* are saved at each ``Store`` when the reverse pass reads the array.
+"""
+
+from dataclasses import dataclass
+
+from numba.core import types as nbt
+
+from ..errors import UnsupportedSyntaxError
+from . import ir
+
+#: Pure scalar functions cheap enough to re-execute rather than save (plus scalar rules).
+_CHEAP_BUILTINS = {abs, min, max, float, int, bool, len}
+
+
+def is_float(t):
+    return isinstance(t, nbt.Float)
+
+
+def is_float_array(t):
+    return isinstance(t, nbt.Array) and isinstance(t.dtype, nbt.Float)
+
+
+def is_float_tuple(t):
+    """A tuple of scalars with at least one float: its adjoint is a tuple of the same arity."""
+    return isinstance(t, nbt.BaseTuple) and not isinstance(t, nbt.BaseNamedTuple) \
+        and any(is_float(e) for e in t) and all(is_float(e) or _carries_no_tangent(e) for e in t)
+
+
+def differentiable(t):
+    return is_float(t) or is_float_array(t) or is_float_tuple(t)
+
+
+@dataclass(frozen=True)
+class Plan:
+    active: frozenset          # variable names with adjoints
+    calls: dict                # id() of call expression -> CallPlan (active calls only)
+    needed: frozenset          # variable names whose primal values the reverse pass reads
+    pushes: frozenset          # id() of statements before which the target's old value is saved
+    recompute: dict            # loop id -> tuple of statements re-executed in reverse
+    array_vars: frozenset      # active array variables
+    alias_of: dict             # array variable -> representative of its alias class
+    loops: dict                # id() of statement -> innermost enclosing loop id (0: none)
+    in_loop: frozenset         # id() of statements inside some loop
+    reverse_relevant: frozenset  # id() of statements the reverse pass must visit
+
+
+def plan(fn, types, mask, classify):
+    """``classify(call, arg_mask)`` -> CallPlan for each call whose result is active."""
+    stmts = list(ir.walk(fn.body))
+    loops, in_loop = _loop_map(fn.body)
+    sites = {}
+    for s in stmts:
+        tgt = _target(s)
+        if tgt is not None:
+            sites.setdefault(tgt, []).append(s)
+    for s in stmts:
+        if isinstance(s, ir.For):
+            sites.setdefault(s.var, []).append(s)
+    alias = _alias_classes(stmts, types)
+    active = _activity(fn, stmts, types, mask, alias)
+    arrays = frozenset(v for v in active if is_float_array(types.get(v)))
+    _check_arrays(fn, stmts, types, active, sites, in_loop)
+    calls = {}
+    for s in stmts:
+        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and s.target in active:
+            arg_mask = tuple(isinstance(a, ir.Name) and a.id in active for a in s.expr.args)
+            calls[id(s.expr)] = classify(s.expr, arg_mask, s)
+    callee_reads = lambda call: calls[id(call)].kind in ("scalar", "derived")   # noqa: E731
+    recompute = _recomputable(fn.body, sites, types)
+    recomputed = {id(s) for group in recompute.values() for s in group}
+    tests = set()
+    while True:
+        needed = _needed(stmts, active, recompute, callee_reads, tests)
+        pushes = _pushes(stmts, sites, needed, recomputed, in_loop, alias)
+        relevant = _reverse_relevant(fn.body, active, pushes)
+        # Branch tests matter only where the reverse pass replays the branch.
+        more = {s.test.id for s in stmts if isinstance(s, ir.If) and id(s) in relevant
+                and isinstance(s.test, ir.Name)}
+        if more <= tests:
+            break
+        tests |= more
+    return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
+                {k: tuple(v) for k, v in recompute.items()}, arrays, alias, loops,
+                frozenset(in_loop), frozenset(relevant))
+
+
+def _target(s):
+    if isinstance(s, ir.Assign):
+        return s.target
+    return None
+
+
+def _loop_map(body, current=0, out=None, inside=None):
+    out = {} if out is None else out
+    inside = set() if inside is None else inside
+    for s in body:
+        out[id(s)] = current
+        if current:
+            inside.add(id(s))
+        if isinstance(s, ir.If):
+            _loop_map(s.body, current, out, inside)
+            _loop_map(s.orelse, current, out, inside)
+        elif isinstance(s, ir.For):
+            _loop_map(s.body, s.id, out, inside)
+        elif isinstance(s, ir.While):
+            _loop_map(s.cond, s.id, out, inside)
+            _loop_map(s.body, s.id, out, inside)
+    return out, inside
+
+
+def _alias_classes(stmts, types):
+    """Array variables bound to the same array object (``b = a``) share one adjoint array."""
+    parent = {}
+
+    def find(v):
+        while parent.get(v, v) != v:
+            v = parent[v]
+        return v
+
+    for s in stmts:
+        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name) \
+                and isinstance(types.get(s.target), nbt.Array):
+            parent[find(s.target)] = find(s.expr.a.id)
+    return {v: find(v) for v in parent}
+
+
+def _reads(expr):
+    """Variable names an expression reads."""
+    return [a.id for a in expr.atoms() if isinstance(a, ir.Name)]
+
+
+def _value_reads(expr):
+    """Names whose *values* flow into the result (not indices, not shapes)."""
+    if isinstance(expr, ir.Index):
+        return [expr.a.id] if isinstance(expr.a, ir.Name) else []
+    if isinstance(expr, ir.Attr):
+        return []
+    if isinstance(expr, ir.Call) and expr.func in (len,):
+        return []
+    if isinstance(expr, ir.Call) and getattr(expr.func, "__name__", "") in (
+            "zeros", "ones", "empty", "zeros_like", "ones_like", "empty_like") \
+            and getattr(expr.func, "__module__", "") == "numpy":
+        return []
+    if isinstance(expr, ir.BinOp) and expr.op in ("<", "<=", ">", ">=", "==", "!=", "&", "|", "^"):
+        return []
+    return _reads(expr)
+
+
+def _activity(fn, stmts, types, mask, alias):
+    rep = lambda v: alias.get(v, v)   # noqa: E731
+    varied = {rep(p) for p, m in zip(fn.params, mask) if m and differentiable(types.get(p))}
+    changed = True
+    while changed:
+        changed = False
+        for s in stmts:
+            if isinstance(s, ir.Assign) and differentiable(types.get(s.target)):
+                if rep(s.target) not in varied and any(rep(n) in varied for n in _value_reads(s.expr)):
+                    varied.add(rep(s.target))
+                    changed = True
+            elif isinstance(s, ir.Store) and isinstance(s.value, ir.Name):
+                if rep(s.value.id) in varied and rep(s.array) not in varied:
+                    varied.add(rep(s.array))
+                    changed = True
+    useful = set()
+    for s in stmts:
+        if isinstance(s, ir.Return) and isinstance(s.value, ir.Name):
+            useful.add(rep(s.value.id))
+    changed = True
+    while changed:
+        changed = False
+        for s in stmts:
+            if isinstance(s, ir.Assign) and rep(s.target) in useful:
+                for n in _value_reads(s.expr):
+                    if rep(n) not in useful and not _carries_no_tangent(types.get(n)):
+                        useful.add(rep(n))
+                        changed = True
+            elif isinstance(s, ir.Store) and rep(s.array) in useful and isinstance(s.value, ir.Name):
+                if differentiable(types.get(s.value.id)) and rep(s.value.id) not in useful:
+                    useful.add(rep(s.value.id))
+                    changed = True
+    for s in stmts:
+        if isinstance(s, ir.Assign) and rep(s.target) in useful and not _carries_no_tangent(
+                types.get(s.target)) and not differentiable(types.get(s.target)) \
+                and any(rep(n) in varied for n in _value_reads(s.expr)):
+            raise UnsupportedSyntaxError(
+                f"a value of type {types.get(s.target)} that depends on a differentiated input\n"
+                f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
+                f"Hint: numbarules differentiates floats and float arrays here; unpack tuples "
+                f"into separate variables, or write a rule (nr.rrule) for this function.")
+    names = set(types)
+    return {v for v in names if rep(v) in varied and rep(v) in useful and differentiable(types.get(v))}
+
+
+def _carries_no_tangent(t):
+    """Integers, booleans and None: values whose tangent is zero by definition."""
+    return isinstance(t, (nbt.Integer, nbt.Boolean, nbt.NoneType)) or t is None
+
+
+def _check_arrays(fn, stmts, types, active, sites, in_loop):
+    for v in active:
+        if not is_float_array(types.get(v)):
+            continue
+        ss = sites.get(v, [])
+        if v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss):
+            line = ss[-1].line if ss else fn.firstline
+            raise UnsupportedSyntaxError(
+                f"the array variable '{v}' is bound more than once or inside a loop\n"
+                f'  File "{fn.file}", line {line}, in {fn.name}\n'
+                f"Hint: bind each differentiated array to its own name once, outside loops, "
+                f"and update its elements in place (x[i] = ...).")
+
+
+def _recomputable(body, sites, types):
+    """loop id -> statements directly in that loop's body that the reverse pass re-executes."""
+    out = {}
+    for s in ir.walk(body):
+        if isinstance(s, (ir.For, ir.While)):
+            out[s.id] = _recomputable_in(s, sites, types)
+    return out
+
+
+def _recomputable_in(loop, sites, types):
+    body = loop.body
+    inside = list(ir.walk(body))
+    if isinstance(loop, ir.While):
+        inside += list(ir.walk(loop.cond))
+    assigned = {t for t in (_target(s) for s in inside) if t}
+    assigned |= {s.var for s in inside if isinstance(s, ir.For)}
+    written = {s.array for s in inside if isinstance(s, ir.Store)}
+    loop_var = loop.var if isinstance(loop, ir.For) else None
+    ok = set()
+    chosen = []
+    read_before = set()
+    for s in body:
+        if isinstance(s, ir.Assign) and len(sites.get(s.target, ())) == 1 \
+                and s.target not in read_before and _cheap(s.expr, written) \
+                and not isinstance(types.get(s.target), nbt.Array):
+            operands = _reads(s.expr)
+            if all(n == loop_var or n not in assigned or n in ok for n in operands):
+                ok.add(s.target)
+                chosen.append(s)
+        for sub in ir.walk([s]):
+            if isinstance(sub, ir.Assign):
+                read_before.update(_reads(sub.expr))
+            elif isinstance(sub, ir.Store):
+                read_before.update(n.id for n in (sub.value, *sub.index) if isinstance(n, ir.Name))
+            elif isinstance(sub, ir.If) and isinstance(sub.test, ir.Name):
+                read_before.add(sub.test.id)
+    return chosen
+
+
+def _cheap(expr, written):
+    if isinstance(expr, (ir.Atom, ir.BinOp, ir.UnaryOp, ir.Attr, ir.MakeTuple)):
+        return True
+    if isinstance(expr, ir.Index):
+        return isinstance(expr.a, ir.Name) and expr.a.id not in written
+    if isinstance(expr, ir.Call):
+        return expr.func in _CHEAP_BUILTINS or getattr(expr.func, "__module__", None) == "math" \
+            or type(expr.func).__name__ == "builtin_function_or_method" and \
+            getattr(expr.func, "__self__", None).__class__.__name__ == "module" and \
+            getattr(expr.func.__self__, "__name__", "") == "math"
+    return False
+
+
+def _pushes(stmts, sites, needed, recomputed, in_loop, alias):
+    pushes = set()
+    for v, ss in sites.items():
+        if v not in needed:
+            continue
+        for s in ss:
+            if id(s) in recomputed:
+                continue
+            if isinstance(s, ir.For):
+                if len(ss) > 1 or id(s) in in_loop:
+                    pushes.add(id(s))
+            elif len(ss) > 1 or id(s) in in_loop:
+                pushes.add(id(s))
+    needed_arrays = {alias.get(n, n) for n in needed}
+    for s in stmts:
+        if isinstance(s, ir.Store) and alias.get(s.array, s.array) in needed_arrays:
+            pushes.add(id(s))
+    return pushes
+
+
+def _needed(stmts, active, recompute, callee_reads, tests):
+    """Names whose primal values the reverse pass reads (directly or to recompute)."""
+    need = set(tests)
+    for s in stmts:
+        if isinstance(s, ir.Assign) and s.target in active:
+            need.update(_adjoint_reads(s.expr, active, callee_reads))
+        elif isinstance(s, ir.Store) and s.array in active:
+            need.update(a.id for a in s.index if isinstance(a, ir.Name))
+        elif isinstance(s, ir.For):
+            need.update(a.id for a in (s.start, s.step) if isinstance(a, ir.Name))
+    # Recomputed statements need their own operands.
+    by_target = {s.target: s for group in recompute.values() for s in group}
+    frontier = [n for n in need if n in by_target]
+    while frontier:
+        n = frontier.pop()
+        for m in _reads(by_target[n].expr):
+            if m not in need:
+                need.add(m)
+                if m in by_target:
+                    frontier.append(m)
+    return frozenset(need)
+
+
+def _adjoint_reads(expr, active, callee_reads):
+    """What the adjoint of ``t = expr`` reads, given which operands are active."""
+    act = lambda a: isinstance(a, ir.Name) and a.id in active   # noqa: E731
+    names = lambda *xs: [x.id for x in xs if isinstance(x, ir.Name)]   # noqa: E731
+    if isinstance(expr, ir.BinOp):
+        a, b = expr.a, expr.b
+        if expr.op == "*":
+            return (names(b) if act(a) else []) + (names(a) if act(b) else [])
+        if expr.op == "/":
+            return names(b) + (names(a) if act(b) else [])
+        if expr.op in ("**", "%", "//"):
+            return names(a, b)
+        return []
+    if isinstance(expr, ir.Index):
+        return names(*expr.index)
+    if isinstance(expr, ir.Call):
+        if callee_reads(expr):
+            return names(*expr.args)
+        return []
+    if isinstance(expr, ir.MethodCall):
+        return []
+    return []
+
+
+def _reverse_relevant(body, active, pushes):
+    out = set()
+
+    def visit(stmts):
+        any_rel = False
+        for s in stmts:
+            rel = id(s) in pushes
+            if isinstance(s, ir.Assign):
+                rel = rel or s.target in active
+            elif isinstance(s, ir.Store):
+                rel = rel or s.array in active
+            elif isinstance(s, ir.If):
+                a, b = visit(s.body), visit(s.orelse)
+                rel = rel or a or b
+            elif isinstance(s, (ir.For, ir.While)):
+                c = visit(s.cond) if isinstance(s, ir.While) else False
+                rel = visit(s.body) or c or rel
+            if rel:
+                out.add(id(s))
+                any_rel = True
+        return any_rel
+
+    visit(body)
+    return out

@@ -1,0 +1,554 @@
+"""Emit the forward kernel, the pullback kernel and the fused vjp as readable Python source.
+
+Store-and-restore reverse mode (Tapenade, Tangent). Invariant of the reverse sweep: when the
+adjoint of statement S runs, every variable holds the value it had right after S ran forward.
+Each statement's reverse is one short template (``_adjoint``); a saved value is popped back right
+after the adjoint of the statement that overwrote it; loops run backwards over the same indices
+(``for``) or the counted number of iterations (``while``), re-executing at the start of each
+iteration the cheap statements the plan chose to recompute instead of saving.
+"""
+
+import os
+from dataclasses import dataclass
+
+from numba.core import types as nbt
+
+from . import ir
+from .analysis import is_float, is_float_array, is_float_tuple
+
+CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
+
+_TAPE_KEYS = {nbt.float64: "f8", nbt.float32: "f4", nbt.int64: "i8", nbt.int32: "i4",
+              nbt.boolean: "b1", nbt.uint64: "u8", nbt.uint32: "u4"}
+_TAPE_DTYPES = {"f8": "float64", "f4": "float32", "i8": "int64", "i4": "int32", "b1": "bool_",
+                "u8": "uint64", "u4": "uint32"}
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """How the reverse pass treats one call: see ``kernels.classify_call``."""
+    kind: str                  # scalar | derived | identity | alloc | full | nondiff
+    name: str = ""             # namespace name of the partials function or the callee's vjp
+    mask: tuple = ()           # derived: which arguments carry tangents
+    with_result: bool = False  # scalar: partials take the primal result as a last argument
+
+
+@dataclass(frozen=True)
+class Kernels:
+    forward: str
+    pullback: str
+    vjp: str
+    residuals: tuple
+    tape_keys: tuple
+
+
+class _Names:
+    """One naming scheme: ``d_x`` for the adjoint of user variable ``x``, ``_dN`` for ``_tN``."""
+
+    def __init__(self, taken):
+        self.taken = set(taken)
+        self.adj = {}
+
+    def d(self, v):
+        name = self.adj.get(v)
+        if name is None:
+            name = f"_d{v[2:]}" if v.startswith("_t") and v[2:].isdigit() else f"d_{v.lstrip('_')}"
+            while name in self.taken:
+                name += "_"
+            self.taken.add(name)
+            self.adj[v] = name
+        return name
+
+
+class _Out:
+    """Lines of one kernel, and (for the pullback) the primal names it reads before it sets
+    them: those become residuals."""
+
+    def __init__(self):
+        self.lines = []
+        self.reads = set()
+        self.indent = 1
+        self.last_line = None
+        self.pending = None
+        self.local = [set()]     # names the reverse sweep has set in the current loop scope
+
+    def add(self, text):
+        if self.pending:
+            self.lines.append("    " * self.indent + self.pending)
+            self.pending = None
+        self.lines.append("    " * self.indent + text)
+
+    def read(self, name):
+        if not any(name in scope for scope in self.local):
+            self.reads.add(name)
+
+    def comment(self, fn, line):
+        # Emitted lazily, with the first line of code it explains.
+        if line and line != self.last_line:
+            self.last_line = line
+            k = line - fn.firstline
+            text = fn.source_lines[k].strip() if 0 <= k < len(fn.source_lines) else ""
+            self.pending = f"# line {line}: {text}"
+
+
+def generate(fn, types, plan, name, mask):
+    """Sources of ``fwd_<name>``, ``bwd_<name>``, ``vjp_<name>`` for this plan."""
+    return _Gen(fn, types, plan, name, mask).build()
+
+
+class _Gen:
+    def __init__(self, fn, types, plan, name, mask):
+        self.fn, self.types, self.plan, self.name = fn, types, plan, name
+        self.calls = plan.calls
+        self.mask = tuple(mask)
+        self.names = _Names(set(types) | set(fn.params))
+        self.sites = {}
+        for s in ir.walk(fn.body):
+            if isinstance(s, ir.Assign):
+                self.sites.setdefault(s.target, []).append(s)
+        self.tapes = set()
+        self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
+
+    # --- shared ----------------------------------------------------------------------------
+
+    def tape_key(self, t):
+        key = _TAPE_KEYS.get(t)
+        if key is None:
+            raise TypeError(f"numbarules cannot save a value of type {t} on its tape")
+        self.tapes.add(key)
+        return key
+
+    def zero(self, t):
+        if is_float_tuple(t):
+            return "(" + "".join(f"{self.zero(e)}, " for e in t) + ")"
+        if isinstance(t, nbt.Float):
+            return "0.0" if t == nbt.float64 else f"_np.{t}(0.0)"
+        if isinstance(t, nbt.Boolean):
+            return "False"
+        if isinstance(t, nbt.Integer):
+            return "0" if t == nbt.int64 else f"_np.{t}(0)"
+        return None
+
+    def pushed_type(self, s):
+        if isinstance(s, ir.Store):
+            return self.types[s.array].dtype
+        if isinstance(s, ir.For):
+            return self.types[s.var]
+        return self.types[s.target]
+
+    # --- forward --------------------------------------------------------------------------
+
+    def forward(self, residuals):
+        out = _Out()
+        fn = self.fn
+        out.add(f"# forward of {fn.name} ({fn.file}:{fn.firstline}): the primal, saving what "
+                f"the pullback needs")
+        # Saved or handed-over scalars get a typed zero first: Numba rejects a variable that some
+        # path (a loop that runs zero times) leaves unset.
+        saved = {s.target if isinstance(s, ir.Assign) else s.var for s in ir.walk(fn.body)
+                 if id(s) in self.plan.pushes and isinstance(s, (ir.Assign, ir.For))}
+        pre = sorted(v for v in (set(residuals) | saved)
+                     if v not in fn.params and v in self.types and self.zero(self.types[v]))
+        for v in pre:
+            out.add(f"{v} = {self.zero(self.types[v])}")
+        for x in ir.walk(fn.body):
+            if isinstance(x, (ir.For, ir.While)) and id(x) in self.plan.in_loop \
+                    and id(x) in self.plan.reverse_relevant:
+                out.add(f"_{'n' if isinstance(x, ir.For) else 'w'}{x.id} = 0")
+        tape_init = len(out.lines)
+        self.block_fwd(fn.body, out, reserved=False)
+        inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})"
+                 for k in sorted(self.tapes)]
+        inits += [f"_k_{k} = 0" for k in sorted(self.tapes)]
+        out.lines[tape_init:tape_init] = ["    " + t for t in inits]
+        return f"def fwd_{self.name}({', '.join(fn.params)}):\n" + "\n".join(out.lines) + "\n"
+
+    def push(self, out, value, t, reserved):
+        k = self.tape_key(t)
+        if not reserved:
+            out.add(f"if _k_{k} == _tape_{k}.shape[0]:")
+            out.add(f"    _tape_{k} = _grow(_tape_{k})")
+        out.add(f"_tape_{k}[_k_{k}] = {value}")
+        out.add(f"_k_{k} += 1")
+
+    def block_fwd(self, stmts, out, reserved):
+        for s in stmts:
+            self.stmt_fwd(s, out, reserved)
+
+    def stmt_fwd(self, s, out, reserved):
+        out.comment(self.fn, s.line)
+        pushed = id(s) in self.plan.pushes
+        if isinstance(s, ir.Assign):
+            if pushed:
+                self.push(out, s.target, self.pushed_type(s), reserved)
+            out.add(f"{s.target} = {ir.expr_src(s.expr)}")
+        elif isinstance(s, ir.Store):
+            idx = ", ".join(a.src() for a in s.index)
+            if pushed:
+                self.push(out, f"{s.array}[{idx}]", self.pushed_type(s), reserved)
+            out.add(f"{s.array}[{idx}] = {s.value.src()}")
+        elif isinstance(s, ir.If):
+            out.add(f"if {s.test.src()}:")
+            self.nested(s.body, out, reserved)
+            if s.orelse:
+                out.add("else:")
+                self.nested(s.orelse, out, reserved)
+        elif isinstance(s, ir.For):
+            if pushed:
+                self.push(out, s.var, self.pushed_type(s), reserved)
+            innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))
+            if id(s) in self.plan.reverse_relevant:
+                n = f"_n{s.id}"
+                if id(s) in self.plan.in_loop:
+                    self.push(out, n, nbt.int64, reserved)
+                out.add(f"{n} = _trip({s.start.src()}, {s.stop.src()}, {s.step.src()})")
+                if innermost:
+                    # One capacity check per entry of an innermost loop instead of one per push.
+                    # (Outer loops check each push: an inner loop's pushes would eat their
+                    # reservation.)
+                    for key, count in sorted(self.count_pushes(s.body).items()):
+                        out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * {count})")
+            out.add(f"for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
+            self.nested(s.body, out, innermost)
+        elif isinstance(s, ir.While):
+            relevant = id(s) in self.plan.reverse_relevant
+            w = f"_w{s.id}"
+            if relevant:
+                if id(s) in self.plan.in_loop:
+                    self.push(out, w, nbt.int64, reserved)
+                out.add(f"{w} = 0")
+            out.add("while True:")
+            out.indent += 1
+            self.block_fwd(s.cond, out, False)
+            out.add(f"if not {s.test.src()}:")
+            out.add("    break")
+            if relevant:
+                out.add(f"{w} += 1")
+            self.block_fwd(s.body, out, False)
+            out.indent -= 1
+        elif isinstance(s, ir.Return):
+            res = ", ".join(self.residuals) + ("," if len(self.residuals) == 1 else "")
+            out.add(f"return {s.value.src()}, ({res})")
+
+    def count_pushes(self, stmts):
+        """Upper bound of the pushes per tape that one pass over ``stmts`` makes, not counting
+        those inside nested loops (each loop reserves its own at entry)."""
+        counts = {}
+
+        def add(key, k=1):
+            counts[key] = counts.get(key, 0) + k
+
+        for s in stmts:
+            if id(s) in self.plan.pushes:
+                add(self.tape_key(self.pushed_type(s)))
+            if isinstance(s, ir.If):
+                for part in (s.body, s.orelse):
+                    for key, k in self.count_pushes(part).items():
+                        add(key, k)
+            elif isinstance(s, (ir.For, ir.While)) and id(s) in self.plan.in_loop \
+                    and id(s) in self.plan.reverse_relevant:
+                add(self.tape_key(nbt.int64))   # its trip count, saved before it runs
+        return counts
+
+    def nested(self, stmts, out, reserved):
+        out.indent += 1
+        n = len(out.lines)
+        self.block_fwd(stmts, out, reserved)
+        if len(out.lines) == n or all(l.strip().startswith("#") for l in out.lines[n:]):
+            out.add("pass")
+        out.indent -= 1
+
+    # --- pullback -------------------------------------------------------------------------
+
+    def pullback(self):
+        out = _Out()
+        fn, plan = self.fn, self.plan
+        d = self.names.d
+        body = _Out()
+        body.indent = 1
+        ret = next(s for s in ir.walk(fn.body) if isinstance(s, ir.Return)).value
+        if isinstance(ret, ir.Name) and ret.id in plan.active:
+            body.add(f"{d(ret.id)} = _dout")
+        self.block_rev(fn.body, body)
+        reads = body.reads
+        header = []
+        scalars = sorted(v for v in plan.active
+                         if is_float(self.types.get(v)) or is_float_tuple(self.types.get(v)))
+        arrays = sorted(v for v in plan.active if is_float_array(self.types.get(v)))
+        # One adjoint array per alias class (b = a shares a's), allocated before its aliases.
+        for v in arrays:
+            if plan.alias_of.get(v, v) == v:
+                header.append(f"{d(v)} = _np.zeros_like({v})")
+                reads.add(v)
+        for v in arrays:
+            if plan.alias_of.get(v, v) != v:
+                header.append(f"{d(v)} = {d(plan.alias_of[v])}")
+        header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
+        tangents = []
+        for p, m in zip(fn.params, self.mask):
+            t = self.types.get(p)
+            if not m or not (is_float(t) or is_float_array(t)):
+                tangents.append("None")
+            elif p in plan.active:
+                # Scalar tangents have the argument's own type (the vjp declares it).
+                tangents.append(d(p) if is_float_array(t) else
+                                (f"float({d(p)})" if t == nbt.float64 else f"_np.{t}({d(p)})"))
+            elif is_float_array(t):
+                tangents.append(f"_np.zeros_like({p})")
+                reads.add(p)
+            else:
+                tangents.append(self.zero(t))
+        checks = []
+        if CHECKS:
+            checks = [f"if _k_{k} != 0:\n        raise AssertionError('tape {k} unbalanced')"
+                      for k in sorted(self.tapes)]
+        synthesized = {f"_{c}{x.id}" for x in ir.walk(fn.body) if isinstance(x, (ir.For, ir.While))
+                       for c in ("n", "w")}
+        primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
+        residuals = sorted(v for v in reads if v in primal)
+        residuals += [x for k in sorted(self.tapes) for x in (f"_tape_{k}", f"_k_{k}")]
+        self.residuals = tuple(residuals)
+        lines = [f"def bwd_{self.name}(_res, _dout):",
+                 f"    # pullback of {fn.name} ({fn.file}:{fn.firstline}): the reverse sweep"]
+        if residuals:
+            unpack = ", ".join(residuals) + ("," if len(residuals) == 1 else "")
+            lines.append(f"    {unpack} = _res")
+        lines += ["    " + h for h in header]
+        lines += body.lines
+        lines += ["    " + c for c in checks]
+        tup = ", ".join(tangents) + ("," if len(tangents) == 1 else "")
+        lines.append(f"    return ({tup})")
+        return "\n".join(lines) + "\n"
+
+    def pop(self, out, target, t):
+        k = self.tape_key(t)
+        out.add(f"_k_{k} -= 1")
+        out.add(f"{target} = _tape_{k}[_k_{k}]")
+        out.read(f"_tape_{k}")
+        out.read(f"_k_{k}")
+
+    def block_rev(self, stmts, out):
+        for s in reversed(stmts):
+            if id(s) in self.plan.reverse_relevant:
+                self.stmt_rev(s, out)
+
+    def stmt_rev(self, s, out):
+        out.comment(self.fn, s.line)
+        plan, d = self.plan, self.names.d
+        if isinstance(s, ir.Assign):
+            if s.target in plan.active:
+                self.adjoint(s, out)
+            if id(s) in plan.pushes:
+                self.pop(out, s.target, self.pushed_type(s))
+        elif isinstance(s, ir.Store):
+            idx = ", ".join(a.src() for a in s.index)
+            [out.read(a.id) for a in s.index if isinstance(a, ir.Name)]
+            if s.array in plan.active:
+                if isinstance(s.value, ir.Name) and s.value.id in plan.active:
+                    out.add(f"{d(s.value.id)} += {d(s.array)}[{idx}]")
+                out.add(f"{d(s.array)}[{idx}] = 0.0")
+            if id(s) in plan.pushes:
+                self.pop(out, f"{s.array}[{idx}]", self.pushed_type(s))
+                out.read(s.array)
+        elif isinstance(s, ir.If):
+            if isinstance(s.test, ir.Name):
+                out.read(s.test.id)
+            out.add(f"if {s.test.src()}:")
+            self.nested_rev(s.body, out)
+            if any(id(x) in plan.reverse_relevant for x in s.orelse):
+                out.add("else:")
+                self.nested_rev(s.orelse, out)
+        elif isinstance(s, ir.For):
+            j, n = f"_j{s.id}", f"_n{s.id}"
+            for name in [n] + [a.id for a in (s.start, s.step) if isinstance(a, ir.Name)]:
+                out.read(name)
+            out.add(f"for {j} in range({n} - 1, -1, -1):")
+            out.indent += 1
+            out.local.append({s.var})
+            out.add(f"{s.var} = {s.start.src()} + {j} * {s.step.src()}")
+            self.recompute(s, out)
+            self.block_rev(s.body, out)
+            out.local.pop()
+            out.indent -= 1
+            if id(s) in plan.in_loop:
+                self.pop(out, n, nbt.int64)
+            if id(s) in plan.pushes:
+                self.pop(out, s.var, self.pushed_type(s))
+        elif isinstance(s, ir.While):
+            w = f"_w{s.id}"
+            out.read(w)
+            out.add(f"for _j{s.id} in range({w}):")
+            out.indent += 1
+            out.local.append(set())
+            self.recompute(s, out)
+            self.block_rev(s.body, out)
+            out.local.pop()
+            out.indent -= 1
+            if id(s) in plan.in_loop:
+                self.pop(out, w, nbt.int64)
+
+    def nested_rev(self, stmts, out):
+        out.indent += 1
+        n = len(out.lines)
+        self.block_rev(stmts, out)
+        if len(out.lines) == n or all(l.strip().startswith("#") for l in out.lines[n:]):
+            out.add("pass")
+        out.indent -= 1
+
+    def recompute(self, loop, out):
+        group = [s for s in self.plan.recompute.get(loop.id, ()) if s.target in self.plan.needed]
+        for s in group:
+            for a in s.expr.atoms():
+                if isinstance(a, ir.Name):
+                    out.read(a.id)
+            out.add(f"{s.target} = {ir.expr_src(s.expr)}")
+            out.local[-1].add(s.target)
+
+    def seed(self, s, out):
+        """The adjoint flowing into ``s``'s target; reset it when the target is written again."""
+        d = self.names.d(s.target)
+        if len(self.sites.get(s.target, ())) > 1 or id(s) in self.plan.in_loop:
+            out.add(f"_g = {d}")
+            out.add(f"{d} = {self.zero(self.types[s.target]) or '0.0'}")
+            return "_g"
+        return d
+
+    def adjoint(self, s, out):
+        e, plan = s.expr, self.plan
+        act = lambda a: isinstance(a, ir.Name) and a.id in plan.active   # noqa: E731
+        d = self.names.d
+
+        def src(a):
+            if isinstance(a, ir.Name):
+                out.read(a.id)
+            return a.src()
+
+        # Taken (and reset) even when no operand is active: an overwritten variable's adjoint
+        # must not leak into its previous value (c = 0.0 inside a loop).
+        g = self.seed(s, out)
+        t = self.types.get(s.target)
+        if isinstance(e, ir.Atom):
+            if act(e.a) and is_float_tuple(t):
+                out.add(f"{d(e.a.id)} = {_tuple_add(d(e.a.id), t, g)}")
+            elif act(e.a) and not is_float_array(t):
+                out.add(f"{d(e.a.id)} += {g}")
+        elif isinstance(e, ir.MakeTuple):
+            for k, a in enumerate(e.items):
+                if act(a):
+                    out.add(f"{d(a.id)} += {g}[{k}]")
+        elif isinstance(e, ir.BinOp):
+            for line in _binop_adjoint(e.op, e.a, e.b, act, d, src, g, s.target):
+                out.add(line)
+        elif isinstance(e, ir.UnaryOp):
+            if act(e.a) and e.op == "-":
+                out.add(f"{d(e.a.id)} -= {g}")
+        elif isinstance(e, ir.Index):
+            ta = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
+            if act(e.a) and is_float_tuple(ta):
+                out.add(f"{d(e.a.id)} = {_tuple_add(d(e.a.id), ta, g, only=e.index[0].value)}")
+            elif act(e.a):
+                idx = ", ".join(src(i) for i in e.index)
+                out.add(f"{d(e.a.id)}[{idx}] += {g}")
+        elif isinstance(e, ir.MethodCall):
+            if e.name == "copy" and act(e.obj):
+                out.add(f"{d(e.obj.id)} += {g}")
+        elif isinstance(e, ir.Call):
+            self.call_adjoint(s, e, out, act, src, g)
+
+    def call_adjoint(self, s, e, out, act, src, g):
+        d = self.names.d
+        cp = self.calls[id(e)]
+        if cp.kind in ("alloc", "nondiff") or not any(act(a) for a in e.args):
+            return
+        if cp.kind == "full":
+            if act(e.args[1]):
+                out.add(f"{d(e.args[1].id)} += _np.sum({g})")
+            return
+        if cp.kind == "identity":
+            out.add(f"{d(e.args[0].id)} += {g}")
+            return
+        args = [src(a) for a in e.args]
+        if cp.kind == "scalar":
+            extra = [s.target] if cp.with_result else []
+            if cp.with_result:
+                out.read(s.target)
+            out.add(f"_p = {cp.name}({', '.join(args + extra)})")
+            for k, a in enumerate(e.args):
+                if act(a):
+                    out.add(f"{d(a.id)} += {g} * _p[{k}]")
+            return
+        if cp.kind == "derived":
+            # Checkpointing: re-run the callee's forward from its saved inputs, then its pullback
+            # (calling the two directly, not the fused vjp, keeps recursive pullbacks typeable).
+            out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
+            for k, a in enumerate(e.args):
+                if act(a) and cp.mask[k]:
+                    out.add(f"{d(a.id)} += _r[{k}]")
+            return
+        raise AssertionError(cp.kind)
+
+    # --- assembly --------------------------------------------------------------------------
+
+    def build(self):
+        self.residuals = ()
+        bwd = self.pullback()
+        fwd = self.forward(self.residuals)
+        params = ", ".join(self.fn.params)
+        outs = ", ".join(f"_d[{k}]" for k in range(len(self.fn.params)))
+        vjp = (f"def vjp_{self.name}({params}{', ' if params else ''}_dout):\n"
+               f"    _y, _res = fwd_{self.name}({params})\n"
+               f"    _d = bwd_{self.name}(_res, _dout)\n"
+               f"    return (_y, {outs}{',' if len(self.fn.params) == 0 else ''})\n")
+        return Kernels(fwd, bwd, vjp, self.residuals, tuple(sorted(self.tapes)))
+
+
+def _tuple_add(acc, t, g, only=None):
+    """``acc + g`` for adjoint tuples (elementwise; just element ``only`` when given)."""
+    parts = []
+    for k, e in enumerate(t):
+        if not is_float(e):
+            parts.append(f"{acc}[{k}]")
+        elif only is None:
+            parts.append(f"{acc}[{k}] + {g}[{k}]")
+        else:
+            parts.append(f"{acc}[{k}] + {g}" if k == only else f"{acc}[{k}]")
+    return "(" + "".join(p + ", " for p in parts) + ")"
+
+
+def _binop_adjoint(op, a, b, act, d, src, g, target):
+    lines = []
+    if op == "+":
+        lines += [f"{d(x.id)} += {g}" for x in (a, b) if act(x)]
+    elif op == "-":
+        if act(a):
+            lines.append(f"{d(a.id)} += {g}")
+        if act(b):
+            lines.append(f"{d(b.id)} -= {g}")
+    elif op == "*":
+        if act(a):
+            lines.append(f"{d(a.id)} += {g} * {src(b)}")
+        if act(b):
+            lines.append(f"{d(b.id)} += {g} * {src(a)}")
+    elif op == "/":
+        if act(a):
+            lines.append(f"{d(a.id)} += {g} / {src(b)}")
+        if act(b):
+            lines.append(f"{d(b.id)} -= {g} * {src(a)} / ({src(b)} * {src(b)})")
+    elif op == "**":
+        if act(a):
+            if isinstance(b, ir.Const) and b.value == 2:
+                lines.append(f"{d(a.id)} += {g} * 2.0 * {src(a)}")
+            else:
+                # b * a**(b-1), with the b == 0 case exact (0 * 0**-1 would be nan at a == 0)
+                lines.append(f"{d(a.id)} += {g} * ({src(b)} * {src(a)} ** ({src(b)} - 1) "
+                             f"if {src(b)} != 0 else 0.0)")
+        if act(b):
+            lines.append(f"{d(b.id)} += {g} * {src(a)} ** {src(b)} * _math.log({src(a)})")
+    elif op == "%":
+        if act(a):
+            lines.append(f"{d(a.id)} += {g}")
+        if act(b):
+            lines.append(f"{d(b.id)} -= {g} * _math.floor({src(a)} / {src(b)})")
+    elif op == "//":
+        pass   # piecewise constant: zero almost everywhere
+    return lines

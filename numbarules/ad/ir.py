@@ -1,0 +1,256 @@
+"""The normalised IR the AD transform works on, and its printer back to Python source.
+
+After normalisation every operation has its own named result (A-normal form): operands are
+atoms (a variable name or a constant), control flow is structured (``If``, ``For`` over a range
+with bounds evaluated once, ``While``), and the body has one exit: a final ``Return``. ``break``,
+``continue`` and early ``return`` have become flags and guarded blocks.
+
+Nodes are immutable; passes build new data rather than annotate these.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Tuple
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+
+    def src(self):
+        return self.id
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Any
+
+    def src(self):
+        return repr(self.value)
+
+
+# --- expressions: one operation on atoms --------------------------------------------------------
+
+@dataclass(frozen=True)
+class Atom:
+    """A copy: ``t = a``."""
+    a: Any
+
+    def atoms(self):
+        return (self.a,)
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str            # one of + - * / // % ** & | ^ < <= > >= == !=
+    a: Any
+    b: Any
+
+    def atoms(self):
+        return (self.a, self.b)
+
+
+@dataclass(frozen=True)
+class UnaryOp:
+    op: str            # - + not
+    a: Any
+
+    def atoms(self):
+        return (self.a,)
+
+
+@dataclass(frozen=True)
+class Call:
+    func: Any          # the resolved Python object being called
+    fname: str         # the name it has in the generated module's namespace
+    args: Tuple
+    kwargs: Tuple = ()  # ((name, atom), ...)
+
+    def atoms(self):
+        return tuple(self.args) + tuple(a for _, a in self.kwargs)
+
+
+@dataclass(frozen=True)
+class MethodCall:
+    """``obj.name(args)``: array methods such as ``x.copy()``."""
+    obj: Any
+    name: str
+    args: Tuple = ()
+
+    def atoms(self):
+        return (self.obj,) + tuple(self.args)
+
+
+@dataclass(frozen=True)
+class Index:
+    """``a[i, j]`` with scalar indices (arrays) or a constant index (tuples)."""
+    a: Any
+    index: Tuple
+
+    def atoms(self):
+        return (self.a,) + tuple(self.index)
+
+
+@dataclass(frozen=True)
+class Attr:
+    a: Any
+    attr: str
+
+    def atoms(self):
+        return (self.a,)
+
+
+@dataclass(frozen=True)
+class MakeTuple:
+    items: Tuple
+
+    def atoms(self):
+        return tuple(self.items)
+
+
+# --- statements ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Assign:
+    target: str
+    expr: Any
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Store:
+    """``a[i, j] = v``."""
+    array: str
+    index: Tuple
+    value: Any
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class If:
+    test: Any
+    body: Tuple
+    orelse: Tuple
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class For:
+    """``for var in range(start, stop, step)``; the bounds are atoms evaluated before the loop."""
+    var: str
+    start: Any
+    stop: Any
+    step: Any
+    body: Tuple
+    line: int = 0
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class While:
+    """``while True: <cond>; if not test: break; <body>`` with ``cond`` free of side effects."""
+    cond: Tuple
+    test: Any
+    body: Tuple
+    line: int = 0
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class Return:
+    value: Any
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    params: Tuple
+    body: Tuple            # ends with a Return
+    file: str
+    firstline: int
+    source_lines: Tuple = field(default=(), compare=False)
+
+
+# --- printing --------------------------------------------------------------------------------
+
+def expr_src(e):
+    if isinstance(e, (Name, Const)):
+        return e.src()
+    if isinstance(e, Atom):
+        return e.a.src()
+    if isinstance(e, BinOp):
+        return f"{e.a.src()} {e.op} {e.b.src()}"
+    if isinstance(e, UnaryOp):
+        return f"{e.op} {e.a.src()}" if e.op == "not" else f"{e.op}{e.a.src()}"
+    if isinstance(e, Call):
+        parts = [a.src() for a in e.args] + [f"{k}={a.src()}" for k, a in e.kwargs]
+        return f"{e.fname}({', '.join(parts)})"
+    if isinstance(e, MethodCall):
+        return f"{e.obj.src()}.{e.name}({', '.join(a.src() for a in e.args)})"
+    if isinstance(e, Index):
+        return f"{e.a.src()}[{', '.join(i.src() for i in e.index)}]"
+    if isinstance(e, Attr):
+        return f"{e.a.src()}.{e.attr}"
+    if isinstance(e, MakeTuple):
+        inner = ", ".join(a.src() for a in e.items)
+        return f"({inner},)" if len(e.items) == 1 else f"({inner})"
+    raise TypeError(f"not an IR expression: {e!r}")
+
+
+def stmt_lines(s, indent, hook=None):
+    """Python source lines for one statement. ``hook(stmt, indent)`` may add lines before it."""
+    pad = "    " * indent
+    out = list(hook(s, indent)) if hook else []
+    if isinstance(s, Assign):
+        out.append(f"{pad}{s.target} = {expr_src(s.expr)}")
+    elif isinstance(s, Store):
+        out.append(f"{pad}{s.array}[{', '.join(i.src() for i in s.index)}] = {s.value.src()}")
+    elif isinstance(s, If):
+        out.append(f"{pad}if {s.test.src()}:")
+        out += block_lines(s.body, indent + 1, hook)
+        if s.orelse:
+            out.append(f"{pad}else:")
+            out += block_lines(s.orelse, indent + 1, hook)
+    elif isinstance(s, For):
+        out.append(f"{pad}for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
+        out += block_lines(s.body, indent + 1, hook)
+    elif isinstance(s, While):
+        out.append(f"{pad}while True:")
+        out += block_lines(s.cond, indent + 1, hook)
+        out.append(f"{pad}    if not {s.test.src()}:")
+        out.append(f"{pad}        break")
+        out += block_lines(s.body, indent + 1, hook)
+    elif isinstance(s, Return):
+        out.append(f"{pad}return {s.value.src()}")
+    else:
+        raise TypeError(f"not an IR statement: {s!r}")
+    return out
+
+
+def block_lines(stmts, indent, hook=None):
+    out = []
+    for s in stmts:
+        out += stmt_lines(s, indent, hook)
+    if not stmts:
+        out.append("    " * indent + "pass")
+    return out
+
+
+def function_source(fn, name=None):
+    lines = [f"def {name or fn.name}({', '.join(fn.params)}):"]
+    lines += block_lines(fn.body, 1)
+    return "\n".join(lines) + "\n"
+
+
+def walk(stmts):
+    """Every statement, depth first, in program order."""
+    for s in stmts:
+        yield s
+        if isinstance(s, If):
+            yield from walk(s.body)
+            yield from walk(s.orelse)
+        elif isinstance(s, For):
+            yield from walk(s.body)
+        elif isinstance(s, While):
+            yield from walk(s.cond)
+            yield from walk(s.body)

@@ -1,0 +1,178 @@
+"""The differentiation API: grad, value_and_grad, pullback, code, ad_stats.
+
+``nr.grad(f)`` and ``nr.value_and_grad(f)`` are gradient objects. Like generic functions they are
+callable from Python (a direct jump into a compiled driver, per argument types) and from compiled
+code, where the call is resolved while the caller is typed. The driver runs the forward kernel
+and the pullback kernel in one compiled function, so residuals never cross into Python.
+"""
+
+import inspect
+
+import numba
+import numpy as np
+
+from . import cache, kernels, numba_glue
+from .ad import analysis
+from .dispatch import GenericFunction
+from .errors import NumbarulesError
+
+
+class Gradient:
+    """``nr.grad(f, argnums)`` / ``nr.value_and_grad(f, argnums)``."""
+
+    def __new__(cls, *args, **kwargs):
+        # A class per object so that __call__ can be the compiled entry itself (see cache).
+        return object.__new__(type(cls.__name__, (cls,), {"__module__": cls.__module__}))
+
+    def __init__(self, f, argnums, with_value):
+        if not callable(f):
+            raise TypeError(f"nr.grad differentiates a function, not {f!r}")
+        if isinstance(argnums, bool) or not isinstance(argnums, (int, tuple)) or (
+                isinstance(argnums, tuple) and not all(isinstance(a, int) for a in argnums)):
+            raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}")
+        self.f = f
+        self.argnums = argnums
+        self.with_value = with_value
+        kind = "value_and_grad" if with_value else "grad"
+        name = getattr(f, "__name__", "f")
+        self.__name__ = f"{kind}_{name}"
+        self.__qualname__ = f"{kind}({getattr(f, '__qualname__', name)})"
+        self._drivers = {}
+        self._type = None
+
+    def __repr__(self):
+        return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"
+
+    def __call__(self, *args):
+        cache.install_entry(self, _arities(self.f), lambda a: None)
+        return type(self).__call__(*args)
+
+    @property
+    def _numba_type_(self):
+        if self._type is None:
+            self._type = numba_glue.callable_type(self, 0, self._resolve)
+        return self._type
+
+    def _nr_node_for(self, argtypes):
+        entry = self._drivers.get(tuple(argtypes))
+        return cache.node_of(entry[0], argtypes) if entry else None
+
+    def _resolve(self, context, argtypes):
+        try:
+            return self._driver(tuple(argtypes))
+        except (NumbarulesError, TypeError) as exc:
+            numba_glue.pending_errors().append(exc)
+            raise numba_glue.TypingError(str(exc)) from None
+
+    def _driver(self, argtypes):
+        entry = self._drivers.get(argtypes)
+        if entry is not None and entry[1].alive:
+            return entry[0]
+        nums = _argnums(self.argnums, len(argtypes))
+        mask = tuple(i in nums for i in range(len(argtypes)))
+        target, decisions = kernels.target_for(self.f, argtypes)
+        spec = kernels.specialize(target, argtypes, mask)
+        kernels.check_differentiable_output(spec)
+        node = cache.engine_node(f"{self.__qualname__} driver", decisions, [spec.node],
+                                 lambda: self._drivers.pop(argtypes, None))
+        params = ", ".join(f"a{i}" for i in range(len(argtypes)))
+        grads = (f"_r[{self.argnums + 1}]" if isinstance(self.argnums, int)
+                 else "(" + "".join(f"_r[{i + 1}], " for i in nums) + ")")
+        result = f"_r[0], {grads}" if self.with_value else grads
+        src = (f"def {self.__name__}({params}):\n"
+               f"    _r = _vjp({params}{', ' if params else ''}_seed)\n"
+               f"    return {result}\n")
+        ns = {"_vjp": spec.vjp, "_seed": _one(spec.return_type)}
+        exec(compile(src, f"<numbarules {self.__qualname__}>", "exec"), ns)  # noqa: S102
+        disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,))
+        self._drivers[argtypes] = (disp, node)
+        return disp
+
+
+def _argnums(argnums, n):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for a in nums:
+        if not -n <= a < n:
+            raise TypeError(f"argnums {argnums!r} out of range for a call with {n} arguments")
+    return tuple(a % n for a in nums)
+
+
+def _arities(f):
+    if isinstance(f, GenericFunction):
+        return f.arities()
+    func = f.py_func if isinstance(f, numba.core.dispatcher.Dispatcher) else f
+    try:
+        return [len(inspect.signature(func).parameters)]
+    except (TypeError, ValueError):
+        return [0, 1]
+
+
+def _one(t):
+    return np.float32(1.0) if t == numba.float32 else 1.0
+
+
+def grad(f, argnums=0):
+    """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``.
+
+    An int gives one tangent, a tuple gives a tuple. Tangents: float for float, an array of the
+    same shape for an array, None for integers and booleans.
+    """
+    return Gradient(f, argnums, with_value=False)
+
+
+def value_and_grad(f, argnums=0):
+    """Like ``grad``, returning ``(value, gradient)``."""
+    return Gradient(f, argnums, with_value=True)
+
+
+def _spec_for_call(f, args, argnums=None):
+    argtypes = tuple(numba.typeof(a) for a in args)
+    target, _ = kernels.target_for(f, argtypes)
+    if argnums is None:
+        mask = tuple(analysis.differentiable(t) for t in argtypes)
+    else:
+        nums = _argnums(argnums, len(args))
+        mask = tuple(i in nums for i in range(len(args)))
+    return kernels.specialize(target, argtypes, mask)
+
+
+def pullback(f, *args):
+    """``(y, pb)``: the value of ``f(*args)`` and its pullback; ``pb(dy)`` returns one tangent per
+    argument (None for integers and booleans)."""
+    spec = _spec_for_call(f, args)
+    y, residuals = spec.fwd(*args)
+
+    def pb(dy):
+        return spec.bwd(residuals, dy)
+    pb.__qualname__ = f"pullback({getattr(f, '__qualname__', f)})"
+    return y, pb
+
+
+def code(f, *args, kind="forward"):
+    """The generated source of ``f``'s kernels at the types of ``args``.
+
+    ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
+    or "primal" (the normalised primal the two are built from).
+    """
+    spec = _spec_for_call(f, args)
+    sources = {"forward": spec.kernels.forward, "pullback": spec.kernels.pullback,
+               "vjp": spec.kernels.vjp, "primal": spec.primal_source}
+    if kind not in sources:
+        raise ValueError(f"kind must be one of {sorted(sources)}, not {kind!r}")
+    return sources[kind]
+
+
+def ad_stats(f, *args, argnums=None):
+    """Runs the forward kernel once and reports what it saved for the reverse pass.
+
+    ``tape_bytes``: bytes pushed on the tapes; ``residual_bytes``: tapes plus the arrays and
+    scalars handed to the pullback (arrays that are inputs count too).
+    """
+    spec = _spec_for_call(f, args, argnums)
+    _, residuals = spec.fwd(*args)
+    names = spec.kernels.residuals
+    values = dict(zip(names, residuals))
+    tape = sum(int(values[f"_k_{k}"]) * values[f"_tape_{k}"].itemsize for k in spec.kernels.tape_keys)
+    total = sum(v.nbytes if isinstance(v, np.ndarray) else 8 for n, v in values.items()
+                if not n.startswith("_tape_"))
+    return {"tape_bytes": tape, "residual_bytes": total + tape, "residuals": names}

@@ -1,0 +1,204 @@
+"""AD specializations: forward, pullback and vjp kernels per (method or function, types, mask).
+
+``specialize(target, argtypes, mask)`` reads the target's source, normalises it, types it with
+Numba, plans the reverse pass, generates the three kernels and compiles them (lazily) as
+dispatchers the cache owns. Every choice the generator makes about a call (which method of a
+generic function, which rule) is recorded on the specialization's engine node, so a new method
+or rule that changes one of them drops exactly the kernels generated from it, and everything
+compiled against them.
+"""
+
+import inspect
+import itertools
+import linecache
+import math
+
+import numba
+import numpy as np
+
+from . import cache, numba_glue, rules
+from .ad import analysis, codegen, frontend, ir, runtime
+from .dispatch import GenericFunction, Method
+from .errors import CompilationError, DifferentiationError, DispatchError, UnsupportedSyntaxError
+from .lattice import from_numba, source_location
+
+_ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like}
+_SPECS = {}          # (target, argtypes, mask) -> Spec
+_ids = itertools.count(1)
+
+
+class Spec:
+    """One AD specialization: its IR, types, plan, sources and compiled kernels."""
+
+    def __init__(self, key, target, func, name):
+        self.key = key
+        self.target = target
+        self.func = func
+        self.name = name
+        self.alive = True
+        self.ready = False
+        self.waiters = []           # namespaces to give our kernels once they exist
+        self.node = None
+
+    def __repr__(self):
+        return f"<AD specialization {self.name}>"
+
+    def drop(self):
+        self.alive = False
+        if _SPECS.get(self.key) is self:
+            del _SPECS[self.key]
+
+
+def target_for(f, argtypes):
+    """What to differentiate for a call of ``f`` at Numba ``argtypes``, and the decision made."""
+    if isinstance(f, GenericFunction):
+        sig = tuple(from_numba(a) for a in argtypes)
+        method = f.resolve(sig)
+        return method, ((f, sig, method),)
+    if isinstance(f, numba.core.dispatcher.Dispatcher):
+        return f.py_func, ()
+    if inspect.isfunction(f):
+        return f, ()
+    raise DifferentiationError(
+        f"cannot differentiate {f!r}: it has no Python source and no rule. Give it a rule with "
+        f"nr.rrule (or nr.scalar_rule), or declare it nr.non_differentiable.")
+
+
+def specialize(target, argtypes, mask):
+    """The (cached) AD specialization of a Method or function at ``argtypes``."""
+    key = (target, tuple(argtypes), tuple(mask))
+    spec = _SPECS.get(key)
+    if spec is not None and spec.alive:
+        return spec
+    func = target.func if isinstance(target, Method) else target
+    name = f"{func.__name__}_{next(_ids)}"
+    spec = _SPECS[key] = Spec(key, target, func, name)
+    try:
+        _build(spec, argtypes, mask)
+    except BaseException:
+        spec.drop()
+        raise
+    return spec
+
+
+def _build(spec, argtypes, mask):
+    fn, refs = frontend.normalize(spec.func)
+    ns = _namespace(refs)
+    spec.fn = fn
+    spec.primal_source = ir.function_source(fn, f"primal_{spec.name}")
+    primal = _exec(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
+    try:
+        types, rtype = numba_glue.infer_types(primal, argtypes)
+    except numba_glue.NumbaError as exc:
+        file, line = source_location(spec.func)
+        raise CompilationError(
+            f"{spec.func.__qualname__} ({file}:{line}) could not be typed for "
+            f"{tuple(str(a) for a in argtypes)}:\n{numba_glue.error_text(exc)}",
+            function=spec.func, argtypes=argtypes, file=file, line=line) from None
+    types.update(dict(zip(fn.params, argtypes)))
+    spec.types, spec.return_type = types, rtype
+    decisions, callees = [], []
+
+    def classify(call, arg_mask, stmt):
+        return _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees)
+
+    spec.plan = analysis.plan(fn, types, mask, classify)
+    spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
+    spec.node = cache.engine_node(f"AD {spec.name}", decisions, callees, spec.drop)
+    k = spec.kernels
+    spec.source = "\n".join((k.forward, k.pullback, k.vjp))
+    _exec(spec.source, ns, f"kernels:{spec.name}")
+    label = spec.func.__qualname__
+    # Declaring the tangents' type lets Numba type (mutually) recursive vjps without inferring
+    # the pullback's return type through the recursion.
+    local_types = {"vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
+    for kind in ("fwd", "bwd", "vjp"):
+        fname = f"{kind}_{spec.name}"
+        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,),
+                                local_types=local_types.get(kind))
+    spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
+    spec.ready = True
+    for other_ns in spec.waiters:
+        _bind(other_ns, spec)
+
+
+def tangent_types(argtypes, mask):
+    """The Numba types of the tangents a pullback returns."""
+    out = []
+    for t, m in zip(argtypes, mask):
+        if m and analysis.is_float_array(t):
+            out.append(numba_glue.array_type_like(t))
+        elif m and analysis.is_float(t):
+            out.append(t)
+        else:
+            out.append(numba_glue.NONE)
+    return out
+
+
+def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
+    f = call.func
+    if f is float:
+        return codegen.CallPlan("identity")
+    if f in (int, bool, len, round) or f in (math.floor, math.ceil, math.trunc):
+        return codegen.CallPlan("nondiff")
+    if f in _ALLOCS:
+        return codegen.CallPlan("alloc")
+    if f is np.full:
+        return codegen.CallPlan("full")
+    rule = rules.scalar_rule_for(f)
+    if rule is not None:
+        pname = f"_partials_{getattr(f, '__name__', 'f')}"
+        ns[pname] = cache.helper(rule.partials)
+        return codegen.CallPlan("scalar", pname, with_result=rule.uses_result)
+    argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
+                     for a in call.args)
+    try:
+        target, made = target_for(f, argtypes)
+    except DispatchError as exc:
+        raise _at(spec, stmt, exc) from None
+    except DifferentiationError as exc:
+        raise DifferentiationError(f"{exc}\n  called at {spec.fn.file}:{stmt.line} in "
+                                   f"{spec.func.__qualname__}") from None
+    decisions.extend(made)
+    callee = specialize(target, argtypes, arg_mask)
+    if callee.ready:
+        _bind(ns, callee)
+    elif callee is not spec:
+        callee.waiters.append(ns)     # mutual recursion: bound once the callee is built
+    if callee.node is not None:
+        callees.append(callee.node)
+    return codegen.CallPlan("derived", callee.name, arg_mask)
+
+
+def _bind(ns, callee):
+    ns[f"fwd_{callee.name}"] = callee.fwd
+    ns[f"bwd_{callee.name}"] = callee.bwd
+
+
+def _at(spec, stmt, exc):
+    exc.args = (f"{exc.args[0]}\n  called at {spec.fn.file}:{stmt.line} in {spec.func.__qualname__}",)
+    return exc
+
+
+def _namespace(refs):
+    ns = {}
+    for k, v in refs.items():
+        ns[k] = cache.helper(v) if cache.is_plain(v) else v
+    ns.update(runtime.HELPERS)
+    ns["_math"] = math
+    return ns
+
+
+def _exec(source, ns, tag):
+    filename = f"<numbarules {tag}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated source
+    return ns
+
+
+def check_differentiable_output(spec):
+    t = spec.return_type
+    if not analysis.is_float(t):
+        raise UnsupportedSyntaxError(
+            f"{spec.func.__qualname__} returns {t}: nr.grad and nr.value_and_grad need a scalar "
+            f"float result (use nr.pullback for other outputs)")
