@@ -112,10 +112,13 @@ def _build(spec, argtypes, mask):
     # Declaring the tangents' type lets Numba type (mutually) recursive vjps without inferring
     # the pullback's return type through the recursion.
     local_types = {"vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
+    # The forward keeps the primal's error semantics (ZeroDivisionError where it would raise);
+    # the pullback divides by values the forward already divided by, so it skips the checks.
+    options = {"bwd": {"error_model": "numpy"}}
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
-        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,),
-                                local_types=local_types.get(kind))
+        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", options=options.get(kind),
+                                depends=(spec.node,), local_types=local_types.get(kind))
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.ready = True
     for other_ns in spec.waiters:

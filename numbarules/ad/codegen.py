@@ -71,11 +71,18 @@ class _Out:
         self.last_line = None
         self.pending = None
         self.local = [set()]     # names the reverse sweep has set in the current loop scope
+        self.fresh = set()       # adjoints whose single contribution the current statement makes
 
     def add(self, text):
         if self.pending:
             self.lines.append("    " * self.indent + self.pending)
             self.pending = None
+        if self.fresh:
+            name, _, rest = text.partition(" ")
+            if name in self.fresh and rest[:3] in ("+= ", "-= "):
+                # The one contribution this adjoint gets: assign it (no 0.0 + g to keep).
+                self.fresh.discard(name)
+                text = f"{name} = {rest[3:]}" if rest[0] == "+" else f"{name} = -({rest[3:]})"
         self.lines.append("    " * self.indent + text)
 
     def read(self, name):
@@ -108,6 +115,7 @@ class _Gen:
                 self.sites.setdefault(s.target, []).append(s)
         self.tapes = set()
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
+        self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
 
     # --- shared ----------------------------------------------------------------------------
 
@@ -333,8 +341,15 @@ class _Gen:
                 self.stmt_rev(s, out)
 
     def stmt_rev(self, s, out):
+        self.stmt_rev_body(s, out)
+        for name in sorted(out.fresh):   # the reader made no contribution: it is zero
+            out.add(f"{name} = 0.0")
+        out.fresh = set()
+
+    def stmt_rev_body(self, s, out):
         out.comment(self.fn, s.line)
         plan, d = self.plan, self.names.d
+        out.fresh = {d(v) for v in self.forwarded_by.get(id(s), ())}
         if isinstance(s, ir.Assign):
             if s.target in plan.active:
                 self.adjoint(s, out)
@@ -407,6 +422,8 @@ class _Gen:
     def seed(self, s, out):
         """The adjoint flowing into ``s``'s target; reset it when the target is written again."""
         d = self.names.d(s.target)
+        if s.target in self.forwarded:
+            return d         # assigned afresh by its single reader, just before in this sweep
         if len(self.sites.get(s.target, ())) > 1 or id(s) in self.plan.in_loop:
             out.add(f"_g = {d}")
             out.add(f"{d} = {self.zero(self.types[s.target]) or '0.0'}")
@@ -552,3 +569,65 @@ def _binop_adjoint(op, a, b, act, d, src, g, target):
     elif op == "//":
         pass   # piecewise constant: zero almost everywhere
     return lines
+
+
+def _forwardable(fn, types, plan):
+    """Scalar adjoints that can be assigned rather than accumulated.
+
+    A float variable with one assignment and one reading statement, both in the same block,
+    receives exactly one contribution per definition: the reader's. Its adjoint is then
+    assigned by the reader (``_d9 = _g * a``), and its definition needs no reset. This removes
+    the ``0.0 + g`` additions LLVM may not fold (signed zeros) from nearly every temporary.
+    Returns (names, {id(reader): names}).
+    """
+    block, readers, sites = {}, {}, {}
+
+    def visit(stmts, k):
+        for s in stmts:
+            block[id(s)] = k
+            for name in _reads_of(s):
+                readers.setdefault(name, []).append(s)
+            if isinstance(s, ir.Assign):
+                sites.setdefault(s.target, []).append(s)
+            if isinstance(s, ir.If):
+                visit(s.body, id(s.body))
+                visit(s.orelse, id(s.orelse))
+            elif isinstance(s, ir.For):
+                sites.setdefault(s.var, []).append(s)
+                visit(s.body, id(s.body))
+            elif isinstance(s, ir.While):
+                visit(s.cond, id(s.cond))
+                visit(s.body, id(s.body))
+
+    visit(fn.body, id(fn.body))
+    names, by_reader = set(), {}
+    for v, rs in readers.items():
+        if v not in plan.active or v in fn.params or not is_float(types.get(v)):
+            continue
+        unique = {id(r): r for r in rs}
+        if len(unique) != 1 or len(sites.get(v, ())) != 1:
+            continue
+        reader = next(iter(unique.values()))
+        if block[id(reader)] != block[id(sites[v][0])] or not isinstance(reader, (ir.Assign, ir.Store)):
+            continue
+        names.add(v)
+        by_reader.setdefault(id(reader), set()).add(v)
+    return names, by_reader
+
+
+def _reads_of(s):
+    if isinstance(s, ir.Assign):
+        atoms = s.expr.atoms()
+    elif isinstance(s, ir.Store):
+        atoms = tuple(s.index) + (s.value, ir.Name(s.array))
+    elif isinstance(s, ir.If):
+        atoms = (s.test,)
+    elif isinstance(s, ir.For):
+        atoms = (s.start, s.stop, s.step)
+    elif isinstance(s, ir.While):
+        atoms = (s.test,)
+    elif isinstance(s, ir.Return):
+        atoms = (s.value,)
+    else:
+        atoms = ()
+    return [a.id for a in atoms if isinstance(a, ir.Name)]
