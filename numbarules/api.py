@@ -7,6 +7,7 @@ and the pullback kernel in one compiled function, so residuals never cross into 
 """
 
 import inspect
+import re
 
 import numba
 import numpy as np
@@ -35,7 +36,7 @@ class Gradient:
         self.with_value = with_value
         kind = "value_and_grad" if with_value else "grad"
         name = getattr(f, "__name__", "f")
-        self.__name__ = f"{kind}_{name}"
+        self.__name__ = re.sub(r"\W", "_", f"{kind}_{name}")
         self.__qualname__ = f"{kind}({getattr(f, '__qualname__', name)})"
         self._drivers = {}
         self._type = None
@@ -76,7 +77,7 @@ class Gradient:
         node = cache.engine_node(f"{self.__qualname__} driver", decisions, [spec.node],
                                  lambda: self._drivers.pop(argtypes, None))
         params = ", ".join(f"a{i}" for i in range(len(argtypes)))
-        grads = (f"_r[{self.argnums + 1}]" if isinstance(self.argnums, int)
+        grads = (f"_r[{nums[0] + 1}]" if isinstance(self.argnums, int)
                  else "(" + "".join(f"_r[{i + 1}], " for i in nums) + ")")
         result = f"_r[0], {grads}" if self.with_value else grads
         src = (f"def {self.__name__}({params}):\n"

@@ -11,6 +11,7 @@ compiled against them.
 import inspect
 import itertools
 import linecache
+import re
 import math
 
 import numba
@@ -57,11 +58,18 @@ def target_for(f, argtypes):
         return method, ((f, sig, method),)
     if isinstance(f, numba.core.dispatcher.Dispatcher):
         return f.py_func, ()
-    if inspect.isfunction(f):
+    if inspect.isfunction(f) and not _is_library(f):
         return f, ()
+    name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', f)}".lstrip(".")
     raise DifferentiationError(
-        f"cannot differentiate {f!r}: it has no Python source and no rule. Give it a rule with "
-        f"nr.rrule (or nr.scalar_rule), or declare it nr.non_differentiable.")
+        f"cannot differentiate a call of {name}: it has no Python source numbarules "
+        f"differentiates and no rule. Give it a rule with nr.scalar_rule (or nr.rrule), or "
+        f"declare it nr.non_differentiable.")
+
+
+def _is_library(f):
+    """NumPy, SciPy and Numba functions: differentiated only through rules, never their source."""
+    return (getattr(f, "__module__", None) or "").split(".")[0] in ("numpy", "scipy", "numba")
 
 
 def specialize(target, argtypes, mask):
@@ -71,7 +79,7 @@ def specialize(target, argtypes, mask):
     if spec is not None and spec.alive:
         return spec
     func = target.func if isinstance(target, Method) else target
-    name = f"{func.__name__}_{next(_ids)}"
+    name = re.sub(r"\W", "_", f"{func.__name__}_{next(_ids)}")
     spec = _SPECS[key] = Spec(key, target, func, name)
     try:
         _build(spec, argtypes, mask)
@@ -102,6 +110,7 @@ def _build(spec, argtypes, mask):
     def classify(call, arg_mask, stmt):
         return _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees)
 
+    _refuse_argument_writes(fn, types)
     spec.plan = analysis.plan(fn, types, mask, classify)
     spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
     spec.node = cache.engine_node(f"AD {spec.name}", decisions, callees, spec.drop)
@@ -181,6 +190,27 @@ def _bind(ns, callee):
 def _at(spec, stmt, exc):
     exc.args = (f"{exc.args[0]}\n  called at {spec.fn.file}:{stmt.line} in {spec.func.__qualname__}",)
     return exc
+
+
+def _refuse_argument_writes(fn, types):
+    """A function that writes into an argument array cannot be replayed (checkpointing runs a
+    callee's forward again) nor have its input restored for the caller: refuse it."""
+    params = set(fn.params)
+    bound = {}
+    for s in ir.walk(fn.body):
+        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
+            bound[s.target] = s.expr.a.id
+    for s in ir.walk(fn.body):
+        if isinstance(s, ir.Store):
+            root = s.array
+            while root in bound and root not in params:
+                root = bound[root]
+            if root in params:
+                raise UnsupportedSyntaxError(
+                    f"writing into the argument array '{root}'\n"
+                    f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
+                    f"Hint: differentiated functions leave their arguments unchanged; work on a "
+                    f"copy ({root} = {root}.copy()).")
 
 
 def _namespace(refs):

@@ -151,7 +151,7 @@ def _value_reads(expr):
     if isinstance(expr, ir.Index):
         return [expr.a.id] if isinstance(expr.a, ir.Name) else []
     if isinstance(expr, ir.Attr):
-        return []
+        return [expr.a.id] if isinstance(expr.a, ir.Name) else []
     if isinstance(expr, ir.Call) and expr.func in (len,):
         return []
     if isinstance(expr, ir.Call) and getattr(expr.func, "__name__", "") in (
@@ -209,7 +209,9 @@ def _activity(fn, stmts, types, mask, alias):
 
 
 def _carries_no_tangent(t):
-    """Integers, booleans and None: values whose tangent is zero by definition."""
+    """Integers, booleans, None and tuples of them (shapes): values with no tangent."""
+    if isinstance(t, nbt.BaseTuple) and not isinstance(t, nbt.BaseNamedTuple):
+        return all(_carries_no_tangent(e) for e in t)
     return isinstance(t, (nbt.Integer, nbt.Boolean, nbt.NoneType)) or t is None
 
 

@@ -1,0 +1,235 @@
+"""grad / value_and_grad / pullback / code: the API, its errors, and its backedges."""
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import numbarules as nr
+from numbarules.testing import check_grad
+
+
+def f_xy(x, y):
+    return x * y + math.sin(x) * y ** 2
+
+
+def df_xy(x, y):                   # hand-written adjoint
+    return y + math.cos(x) * y ** 2, x + 2.0 * math.sin(x) * y
+
+
+def with_int(x, n, a):
+    s = 0.0
+    for i in range(n):
+        s += x * a[i % a.shape[0]] ** 2
+    return s
+
+
+def test_grad_argnums_int_and_tuple_against_hand_written_adjoint():
+    x, y = 0.7, -1.3
+    dx, dy = df_xy(x, y)
+    assert nr.grad(f_xy)(x, y) == pytest.approx(dx, rel=1e-12)
+    assert nr.grad(f_xy, argnums=1)(x, y) == pytest.approx(dy, rel=1e-12)
+    assert nr.grad(f_xy, argnums=-1)(x, y) == pytest.approx(dy, rel=1e-12)
+    gx, gy = nr.grad(f_xy, argnums=(0, 1))(x, y)
+    assert (gx, gy) == (pytest.approx(dx, rel=1e-12), pytest.approx(dy, rel=1e-12))
+    value, (gx2,) = nr.value_and_grad(f_xy, argnums=(0,))(x, y)
+    assert value == pytest.approx(f_xy(x, y)) and gx2 == pytest.approx(dx)
+    value, g = nr.value_and_grad(f_xy)(x, y)
+    assert value == pytest.approx(f_xy(x, y)) and g == pytest.approx(dx)
+
+
+def test_integer_arguments_get_none_and_arrays_get_arrays():
+    a = np.array([1.0, -2.0, 0.5])
+    gx, gn, ga = nr.grad(with_int, argnums=(0, 1, 2))(0.5, 5, a)
+    assert gn is None
+    assert isinstance(ga, np.ndarray) and ga.shape == a.shape and ga.dtype == a.dtype
+    # hand-written: d/dx = sum a[i%3]^2; d/da[k] = 2 x a[k] * count(k)
+    counts = np.bincount(np.arange(5) % 3, minlength=3)
+    assert gx == pytest.approx(sum(a[i % 3] ** 2 for i in range(5)))
+    np.testing.assert_allclose(ga, 2 * 0.5 * a * counts)
+
+
+def test_pullback_returns_one_tangent_per_argument():
+    a = np.array([1.0, 2.0])
+    y, pb = nr.pullback(with_int, 0.5, 3, a)
+    assert y == pytest.approx(with_int(0.5, 3, a))
+    t1 = pb(1.0)
+    t2 = pb(2.0)
+    assert len(t1) == 3 and t1[1] is None
+    assert t2[0] == pytest.approx(2 * t1[0])
+    np.testing.assert_allclose(t2[2], 2 * t1[2])
+
+
+def test_argnums_errors():
+    with pytest.raises(TypeError, match="argnums"):
+        nr.grad(f_xy, argnums="x")
+    with pytest.raises(TypeError, match="out of range"):
+        nr.grad(f_xy, argnums=2)(1.0, 2.0)
+
+
+def test_generic_functions_are_differentiated_per_method():
+    @nr.generic
+    def energy(x: nr.Vector[nr.Float64]):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += x[i] ** 2
+        return s
+
+    @energy.method
+    def energy(x: nr.Float64):
+        return 3.0 * x ** 3
+
+    np.testing.assert_allclose(nr.grad(energy)(np.array([1.0, 2.0])), [2.0, 4.0])
+    assert nr.grad(energy)(2.0) == pytest.approx(36.0)
+
+
+def test_grad_objects_inside_compiled_code():
+    def loss(w, x):
+        s = 0.0
+        for i in range(x.shape[0]):
+            r = w * x[i] - 1.0
+            s += r * r
+        return s
+
+    g = nr.grad(loss)
+
+    @nr.jit
+    def descend(w, x, steps):
+        for _ in range(steps):
+            w = w - 0.05 * g(w, x)
+        return w
+
+    @numba.njit
+    def plain(w, x):
+        return g(w, x)
+
+    x = np.array([1.0, 2.0, 0.5])
+    w = descend(0.0, x, 200)
+    assert w == pytest.approx(np.sum(x) / np.sum(x * x), rel=1e-6)
+    assert plain(0.3, x) == pytest.approx(g(0.3, x))
+
+
+def test_grad_follows_a_new_method_of_a_callee():
+    @nr.generic
+    def act(x: nr.Real):
+        return x * x
+
+    def model(x):
+        return act(x) + 1.0
+
+    g = nr.grad(model)
+    other = nr.grad(lambda x: x * 3.0)
+    assert g(3.0) == pytest.approx(6.0)
+    assert other(1.0) == pytest.approx(3.0)
+    before = nr.cache_info(other)["compiles"]
+
+    @act.method
+    def act(x: nr.Float64):
+        return x * x * x
+
+    assert g(3.0) == pytest.approx(27.0)          # the same gradient object, the new method
+    assert other(1.0) == pytest.approx(3.0)
+    assert nr.cache_info(other)["compiles"] == before
+
+
+def test_code_is_readable():
+    src = nr.code(f_xy, 0.5, 1.5, kind="pullback")
+    assert src.startswith("def bwd_f_xy_")
+    assert "d_x" in src and "d_y" in src
+    assert "# line" in src and "math.sin(x) * y ** 2" in src
+    fwd = nr.code(f_xy, 0.5, 1.5, kind="forward")
+    assert "return" in fwd and "def fwd_f_xy_" in fwd
+    primal = nr.code(f_xy, 0.5, 1.5, kind="primal")
+    assert "_t1 = x * y" in primal
+    with pytest.raises(ValueError, match="kind must be one of"):
+        nr.code(f_xy, 0.5, 1.5, kind="adjoint")
+
+
+def test_ad_stats_reports_the_tape():
+    def cumprod_last(x):
+        p = 1.0
+        for i in range(x.shape[0]):
+            p = p * math.sin(x[i] + p)
+        return p
+
+    x = np.linspace(0.1, 1.0, 50)
+    stats = nr.ad_stats(cumprod_last, x)
+    # The carried product and what the reverse pass reads of each iteration, per iteration.
+    assert 50 * 8 <= stats["tape_bytes"] <= 50 * 3 * 8 + 64
+    check_grad(cumprod_last, x)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+def iterate_array(x):
+    s = 0.0
+    for v in x:
+        s += v
+    return s
+
+
+def uses_slices(x):
+    return x[1:].sum()
+
+
+def calls_untreated_library(x):
+    return np.linalg.det(x)
+
+
+def calls_builtin_without_rule(x):
+    return math.gamma(x)
+
+
+def writes_its_argument(x):
+    x[0] = x[0] * 2.0
+    return x[0]
+
+
+def returns_nothing(x):
+    y = x * 2.0
+
+
+def test_unsupported_syntax_names_file_line_and_construct():
+    with pytest.raises(nr.UnsupportedSyntaxError) as info:
+        nr.grad(iterate_array)(np.ones(3))
+    msg = str(info.value)
+    assert "a for loop over something other than range(...)" in msg
+    assert "test_ad_api.py" in msg and "for v in x:" in msg and "Hint:" in msg
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"(?s)slicing.*x\[1:\]"):
+        nr.grad(uses_slices)(np.ones(3))
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"(?s)writing into the argument array 'x'.*copy"):
+        nr.grad(writes_its_argument)(np.ones(3))
+    with pytest.raises(nr.UnsupportedSyntaxError, match="returns no value"):
+        nr.grad(returns_nothing)(1.0)
+
+
+def test_calls_without_source_or_rule():
+    with pytest.raises(nr.DifferentiationError) as info:
+        nr.grad(calls_builtin_without_rule)(1.5)
+    msg = str(info.value)
+    assert "math.gamma" in msg and "nr.scalar_rule" in msg and "non_differentiable" in msg
+    assert "test_ad_api.py" in msg
+    with pytest.raises(nr.DifferentiationError, match="numpy.linalg.det"):
+        nr.grad(calls_untreated_library)(np.eye(2))
+
+
+def test_non_scalar_output_is_refused():
+    def vec(x):
+        y = np.empty(2)
+        y[0] = x
+        y[1] = x
+        return y
+    with pytest.raises(nr.UnsupportedSyntaxError, match="scalar float result"):
+        nr.grad(vec)(1.0)
+
+
+def test_values_without_tangents_are_refused_not_silently_zero():
+    @nr.struct
+    class Box:
+        v: float
+
+    def boxed(x):
+        b = Box(x * 2.0)
+        return b.v
+    with pytest.raises(nr.UnsupportedSyntaxError, match="depends on a differentiated input"):
+        nr.grad(boxed)(1.0)
