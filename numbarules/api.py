@@ -164,10 +164,12 @@ def code(f, *args, kind="forward"):
 
 
 def ad_stats(f, *args, argnums=None):
-    """Runs the forward kernel once and reports what it saved for the reverse pass.
+    """What the reverse pass of ``nr.grad(f)`` at these arguments saves.
 
     ``tape_bytes``: bytes pushed on the tapes; ``residual_bytes``: tapes plus the arrays and
-    scalars handed to the pullback (arrays that are inputs count too).
+    scalars handed to the pullback (arrays that are inputs count too); ``fused``: whether the
+    gradient runs as one fused pass (a reduction loop: nothing is saved). Runs the forward
+    kernel once.
     """
     spec = _spec_for_call(f, args, argnums)
     _, residuals = spec.fwd(*args)
@@ -176,4 +178,8 @@ def ad_stats(f, *args, argnums=None):
     tape = sum(int(values[f"_k_{k}"]) * values[f"_tape_{k}"].itemsize for k in spec.kernels.tape_keys)
     total = sum(v.nbytes if isinstance(v, np.ndarray) else 8 for n, v in values.items()
                 if not n.startswith("_tape_"))
-    return {"tape_bytes": tape, "residual_bytes": total + tape, "residuals": names}
+    if spec.kernels.fused:
+        # grad and value_and_grad run the fused vjp: one pass, nothing saved in its loop.
+        tape = total = 0
+    return {"tape_bytes": tape, "residual_bytes": total + tape, "residuals": names,
+            "fused": spec.kernels.fused}

@@ -120,7 +120,8 @@ def _build(spec, argtypes, mask):
     label = spec.func.__qualname__
     # Declaring the tangents' type lets Numba type (mutually) recursive vjps without inferring
     # the pullback's return type through the recursion.
-    local_types = {"vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
+    local_types = {} if k.fused else {
+        "vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
     # The forward keeps the primal's error semantics (ZeroDivisionError where it would raise);
     # the pullback divides by values the forward already divided by, so it skips the checks.
     options = {"bwd": {"error_model": "numpy"}}

@@ -306,7 +306,7 @@ def _needed(stmts, active, recompute, callee_reads, tests):
     need = set(tests)
     for s in stmts:
         if isinstance(s, ir.Assign) and s.target in active:
-            need.update(_adjoint_reads(s.expr, active, callee_reads))
+            need.update(adjoint_reads(s.expr, active, callee_reads))
         elif isinstance(s, ir.Store) and s.array in active:
             need.update(a.id for a in s.index if isinstance(a, ir.Name))
         elif isinstance(s, ir.For):
@@ -324,7 +324,7 @@ def _needed(stmts, active, recompute, callee_reads, tests):
     return frozenset(need)
 
 
-def _adjoint_reads(expr, active, callee_reads):
+def adjoint_reads(expr, active, callee_reads):
     """What the adjoint of ``t = expr`` reads, given which operands are active."""
     act = lambda a: isinstance(a, ir.Name) and a.id in active   # noqa: E731
     names = lambda *xs: [x.id for x in xs if isinstance(x, ir.Name)]   # noqa: E731

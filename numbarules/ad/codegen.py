@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from numba.core import types as nbt
 
 from . import ir
-from .analysis import is_float, is_float_array, is_float_tuple
+from .analysis import adjoint_reads, is_float, is_float_array, is_float_tuple
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
 
@@ -40,6 +40,7 @@ class Kernels:
     vjp: str
     residuals: tuple
     tape_keys: tuple
+    fused: bool = False        # the vjp runs forward and reverse in one pass (fused_vjp)
 
 
 class _Names:
@@ -116,6 +117,7 @@ class _Gen:
         self.tapes = set()
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
+        self.fusing = False
 
     # --- shared ----------------------------------------------------------------------------
 
@@ -172,6 +174,8 @@ class _Gen:
         return f"def fwd_{self.name}({', '.join(fn.params)}):\n" + "\n".join(out.lines) + "\n"
 
     def push(self, out, value, t, reserved):
+        if self.fusing:
+            return
         k = self.tape_key(t)
         if not reserved:
             out.add(f"if _k_{k} == _tape_{k}.shape[0]:")
@@ -279,33 +283,8 @@ class _Gen:
             body.add(f"{d(ret.id)} = _dout")
         self.block_rev(fn.body, body)
         reads = body.reads
-        header = []
-        scalars = sorted(v for v in plan.active
-                         if is_float(self.types.get(v)) or is_float_tuple(self.types.get(v)))
-        arrays = sorted(v for v in plan.active if is_float_array(self.types.get(v)))
-        # One adjoint array per alias class (b = a shares a's), allocated before its aliases.
-        for v in arrays:
-            if plan.alias_of.get(v, v) == v:
-                header.append(f"{d(v)} = _np.zeros_like({v})")
-                reads.add(v)
-        for v in arrays:
-            if plan.alias_of.get(v, v) != v:
-                header.append(f"{d(v)} = {d(plan.alias_of[v])}")
-        header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
-        tangents = []
-        for p, m in zip(fn.params, self.mask):
-            t = self.types.get(p)
-            if not m or not (is_float(t) or is_float_array(t)):
-                tangents.append("None")
-            elif p in plan.active:
-                # Scalar tangents have the argument's own type (the vjp declares it).
-                tangents.append(d(p) if is_float_array(t) else
-                                (f"float({d(p)})" if t == nbt.float64 else f"_np.{t}({d(p)})"))
-            elif is_float_array(t):
-                tangents.append(f"_np.zeros_like({p})")
-                reads.add(p)
-            else:
-                tangents.append(self.zero(t))
+        header = self.adjoint_header(reads)
+        tangents = self.tangents(reads)
         checks = []
         if CHECKS:
             checks = [f"if _k_{k} != 0:\n        raise AssertionError('tape {k} unbalanced')"
@@ -328,7 +307,102 @@ class _Gen:
         lines.append(f"    return ({tup})")
         return "\n".join(lines) + "\n"
 
+    def adjoint_header(self, reads):
+        """Zero adjoints: one array per alias class (b = a shares a's), then the scalars."""
+        plan, d = self.plan, self.names.d
+        header = []
+        scalars = sorted(v for v in plan.active
+                         if is_float(self.types.get(v)) or is_float_tuple(self.types.get(v)))
+        arrays = sorted(v for v in plan.active if is_float_array(self.types.get(v)))
+        for v in arrays:
+            if plan.alias_of.get(v, v) == v:
+                header.append(f"{d(v)} = _np.zeros_like({v})")
+                reads.add(v)
+        for v in arrays:
+            if plan.alias_of.get(v, v) != v:
+                header.append(f"{d(v)} = {d(plan.alias_of[v])}")
+        header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
+        return header
+
+    def tangents(self, reads):
+        tangents = []
+        for p, m in zip(self.fn.params, self.mask):
+            t = self.types.get(p)
+            d = self.names.d(p)
+            if not m or not (is_float(t) or is_float_array(t)):
+                tangents.append("None")
+            elif p in self.plan.active:
+                # Scalar tangents have the argument's own type (the vjp declares it).
+                tangents.append(d if is_float_array(t) else
+                                (f"float({d})" if t == nbt.float64 else f"_np.{t}({d})"))
+            elif is_float_array(t):
+                tangents.append(f"_np.zeros_like({p})")
+                reads.add(p)
+            else:
+                tangents.append(self.zero(t))
+        return tangents
+
+    # --- the fused vjp of a reduction loop ------------------------------------------------
+
+    def fused_vjp(self):
+        """One kernel that runs each iteration's reverse right after its forward, or None.
+
+        For a function ``pre; loop; post; return`` whose loop only accumulates into scalars
+        (``s += ...``) and otherwise keeps every value within one iteration, the adjoint of each
+        accumulator is known before the loop (the reverse of ``post`` gives it, reading only
+        values from ``pre``). Then nothing needs saving or recomputing: one pass over the data,
+        as a hand-written adjoint would do.
+        """
+        split = _fusion_split(self.fn, self.plan, self.types)
+        if split is None:
+            return None
+        pre, loop, post, ret = split
+        fn = self.fn
+        out = _Out()
+        out.add(f"# fused forward and reverse of {fn.name} ({fn.file}:{fn.firstline}): each "
+                f"iteration's adjoint runs right after it")
+        start = len(out.lines)
+        self.block_fwd(pre, out, reserved=False)
+        tape_at = start
+        reads = set()
+        for h in self.adjoint_header(reads):
+            out.add(h)
+        if isinstance(ret, ir.Name) and ret.id in self.plan.active:
+            out.add(f"{self.names.d(ret.id)} = _dout")
+        self.block_rev(post, out)
+        self.fusing = True
+        try:
+            self.fused_loop(loop, out)
+        finally:
+            self.fusing = False
+        self.block_fwd(post[:-1], out, reserved=False)
+        self.block_rev(pre, out)
+        tangents = self.tangents(reads)
+        inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})" for k in sorted(self.tapes)]
+        inits += [f"_k_{k} = 0" for k in sorted(self.tapes)]
+        out.lines[tape_at:tape_at] = ["    " + t for t in inits]
+        params = ", ".join(fn.params)
+        out.add(f"return ({ret.src()}, {''.join(t + ', ' for t in tangents)})")
+        return (f"def vjp_{self.name}({params}{', ' if params else ''}_dout):\n"
+                + "\n".join(out.lines) + "\n")
+
+    def fused_loop(self, loop, out):
+        out.comment(self.fn, loop.line)
+        out.add(f"for {loop.var} in range({loop.start.src()}, {loop.stop.src()}, {loop.step.src()}):")
+        out.indent += 1
+        for s in loop.body:
+            if isinstance(s, ir.For):
+                self.fused_loop(s, out)
+            else:
+                self.stmt_fwd(s, out, True)
+        for s in reversed(loop.body):
+            if not isinstance(s, ir.For) and id(s) in self.plan.reverse_relevant:
+                self.stmt_rev(s, out)
+        out.indent -= 1
+
     def pop(self, out, target, t):
+        if self.fusing:
+            return
         k = self.tape_key(t)
         out.add(f"_k_{k} -= 1")
         out.add(f"{target} = _tape_{k}[_k_{k}]")
@@ -510,13 +584,15 @@ class _Gen:
         self.residuals = ()
         bwd = self.pullback()
         fwd = self.forward(self.residuals)
+        fused = self.fused_vjp()
         params = ", ".join(self.fn.params)
         outs = ", ".join(f"_d[{k}]" for k in range(len(self.fn.params)))
         vjp = (f"def vjp_{self.name}({params}{', ' if params else ''}_dout):\n"
                f"    _y, _res = fwd_{self.name}({params})\n"
                f"    _d = bwd_{self.name}(_res, _dout)\n"
                f"    return (_y, {outs}{',' if len(self.fn.params) == 0 else ''})\n")
-        return Kernels(fwd, bwd, vjp, self.residuals, tuple(sorted(self.tapes)))
+        return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
+                       fused is not None)
 
 
 def _tuple_add(acc, t, g, only=None):
@@ -631,3 +707,105 @@ def _reads_of(s):
     else:
         atoms = ()
     return [a.id for a in atoms if isinstance(a, ir.Name)]
+
+
+def _fusion_split(fn, plan, types):
+    """(pre, loop, post, return value) when the fused vjp applies, else None (see fused_vjp)."""
+    body = list(fn.body)
+    loops = [k for k, s in enumerate(body) if isinstance(s, (ir.For, ir.While))]
+    if len(loops) != 1 or not isinstance(body[loops[0]], ir.For):
+        return None
+    k = loops[0]
+    pre, loop, post = body[:k], body[k], body[k + 1:]
+    ret = post[-1].value if post and isinstance(post[-1], ir.Return) else None
+    if ret is None or any(isinstance(s, (ir.For, ir.While)) for s in ir.walk(pre + post)):
+        return None
+    inside = list(ir.walk(loop.body))
+    if any(isinstance(s, (ir.While, ir.Store)) for s in inside):
+        return None
+    if any(isinstance(s, ir.If) and any(isinstance(x, ir.For) for x in ir.walk(s.body + s.orelse))
+           for s in inside):
+        return None
+    if any(id(s) in plan.pushes for s in ir.walk(post)):
+        return None
+    sites = {}
+    for s in inside:
+        if isinstance(s, ir.Assign):
+            sites.setdefault(s.target, []).append(s)
+    reads = {}
+    for s in inside:
+        for name in _reads_of(s):
+            reads.setdefault(name, []).append(s)
+    after = {n for s in post for n in _reads_of(s)}
+    reductions = set()
+    for v, ss in sites.items():
+        if len(ss) == 1 and v not in after and not _read_before(loop, v):
+            continue       # lives within one iteration
+        if _is_reduction(v, ss, reads, inside) and v not in plan.needed:
+            reductions.add(v)
+            continue
+        return None
+    assigned = set(sites) | {s.var for s in inside if isinstance(s, ir.For)} | {loop.var}
+    assigned_post = {s.target for s in post if isinstance(s, ir.Assign)}
+    for s in post:
+        if isinstance(s, ir.Assign) and s.target in plan.active:
+            need = analysis_reads(s, plan)
+            if need & (assigned | assigned_post):
+                return None
+    return pre, loop, post, ret
+
+
+def analysis_reads(s, plan):
+    """Names the adjoint of ``s`` reads (for the fusion check)."""
+    return set(adjoint_reads(s.expr, plan.active, lambda call: True))
+
+
+def _read_before(loop, v):
+    """Whether some iteration reads ``v`` before assigning it (a value carried across)."""
+    return _first_access(loop.body, v) == "read"
+
+
+def _first_access(stmts, v):
+    """"read" or "assigned": what happens to ``v`` first in ``stmts``; None if neither."""
+    for s in stmts:
+        if isinstance(s, ir.If):
+            if v in _reads_of(s):
+                return "read"
+            a, b = _first_access(s.body, v), _first_access(s.orelse, v)
+            if "read" in (a, b):
+                return "read"
+            if a == b == "assigned":
+                return "assigned"
+        elif isinstance(s, (ir.For, ir.While)):
+            if v in _reads_of(s):
+                return "read"
+            inner = _first_access(s.body, v)
+            if inner:
+                return inner
+        else:
+            if v in _reads_of(s):
+                return "read"
+            if isinstance(s, ir.Assign) and s.target == v:
+                return "assigned"
+    return None
+
+
+def _is_reduction(v, sites, reads, inside):
+    """Every site is ``v = t`` with ``t = v + u``, ``u + v`` or ``v - u``, and v is read
+    nowhere else in the loop."""
+    defs = {s.target: s for s in inside if isinstance(s, ir.Assign)}
+    updates = []
+    for s in sites:
+        if not (isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name)):
+            return False
+        t = defs.get(s.expr.a.id)
+        if t is None or not isinstance(t.expr, ir.BinOp) or t.expr.op not in ("+", "-"):
+            return False
+        a_is_v, b_is_v = t.expr.a == ir.Name(v), t.expr.b == ir.Name(v)
+        if t.expr.op == "+" and a_is_v == b_is_v:       # exactly one operand is v
+            return False
+        if t.expr.op == "-" and not (a_is_v and not b_is_v):
+            return False
+        updates.append(t)
+    readers = reads.get(v, [])
+    return all(any(r is u for u in updates) for r in readers)
