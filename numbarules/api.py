@@ -101,7 +101,7 @@ def _argnums(argnums, n):
 def _arities(f):
     if isinstance(f, GenericFunction):
         return f.arities()
-    func = f.py_func if isinstance(f, numba.core.dispatcher.Dispatcher) else f
+    func = f.py_func if numba_glue.is_dispatcher(f) else f
     try:
         return [len(inspect.signature(func).parameters)]
     except (TypeError, ValueError):

@@ -14,7 +14,6 @@ import linecache
 import re
 import math
 
-import numba
 import numpy as np
 
 from . import cache, numba_glue, rules
@@ -56,7 +55,7 @@ def target_for(f, argtypes):
         sig = tuple(from_numba(a) for a in argtypes)
         method = f.resolve(sig)
         return method, ((f, sig, method),)
-    if isinstance(f, numba.core.dispatcher.Dispatcher):
+    if numba_glue.is_dispatcher(f):
         return f.py_func, ()
     if inspect.isfunction(f) and not _is_library(f):
         return f, ()

@@ -26,6 +26,7 @@ from numba.core.imputils import lower_builtin, lower_constant
 from numba.core.typing.templates import infer_global
 from numba.core.typing.typeof import typeof_impl
 from numba.core.registry import CPUDispatcher, cpu_target
+from numba.core.dispatcher import Dispatcher as dispatcher_base
 from numba.core import typed_passes
 from numba.core.typed_passes import NopythonTypeInference
 from numba import typeof as numba_typeof
@@ -323,6 +324,11 @@ def drop_overload(dispatcher, argtypes):
     for args, kept in dispatcher.overloads.items():
         dispatcher._insert([a._code for a in args], kept.entry_point, kept.objectmode)
     return True
+
+
+def is_dispatcher(value):
+    """A Numba dispatcher (``@njit`` function, ours included)."""
+    return isinstance(value, dispatcher_base)
 
 
 def numba_types_value(value):

@@ -20,7 +20,7 @@ their overwritten *elements* are saved at each ``Store`` when the reverse pass r
 
 from dataclasses import dataclass
 
-from numba.core import types as nbt
+from numba import types as nbt
 
 from ..errors import UnsupportedSyntaxError
 from . import ir

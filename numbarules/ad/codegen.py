@@ -11,7 +11,7 @@ iteration the cheap statements the plan chose to recompute instead of saving.
 import os
 from dataclasses import dataclass
 
-from numba.core import types as nbt
+from numba import types as nbt
 
 from . import ir
 from .analysis import adjoint_reads, is_float, is_float_array, is_float_tuple
@@ -273,7 +273,6 @@ class _Gen:
     # --- pullback -------------------------------------------------------------------------
 
     def pullback(self):
-        out = _Out()
         fn, plan = self.fn, self.plan
         d = self.names.d
         body = _Out()
