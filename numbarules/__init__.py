@@ -9,7 +9,7 @@ from .lattice import (Any, Number, Real, AbstractFloat, Integer, Signed, Float64
 from .structs import struct, Tangent
 from .dispatch import GenericFunction, Method, generic, which
 from .cache import jit, cache_info, clear_cache
-from .rules import scalar_rule
+from .rules import rrule, scalar_rule, opt_out, non_differentiable, rule_for
 from . import primitives  # noqa: F401 - registers the built-in rules
 from .api import grad, value_and_grad, pullback, code, ad_stats
 from . import testing
@@ -22,7 +22,7 @@ __all__ = [
     "Any", "Number", "Real", "AbstractFloat", "Integer", "Signed", "Float64", "Float32", "Int64",
     "Int32", "Bool", "AbstractArray", "AbstractVector", "AbstractMatrix", "Array", "Vector",
     "Matrix", "typeof", "issubtype", "struct", "Tangent", "GenericFunction", "Method", "generic",
-    "which", "jit", "cache_info", "clear_cache", "scalar_rule", "grad", "value_and_grad",
+    "which", "jit", "cache_info", "clear_cache", "scalar_rule", "rrule", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
     "pullback", "code", "ad_stats", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError",

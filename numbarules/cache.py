@@ -14,22 +14,26 @@ the nodes whose answer changed, the nodes of a replaced method, and everything t
 (transitively, callers of callers) are dropped. Nothing else is touched, and dropped nodes
 compile again lazily on their next call.
 
-Truth table for one recorded decision (f, T -> m) after a change to f:
+The AD engine records a second kind of decision for each call it differentiates: which rule
+entry (``rules.lookup``: rrule, scalar rule, opt-out, non-differentiable, or None) it used.
+Adding a rule, opt-out or non-differentiable declaration re-checks those the same way.
 
-    new resolution of T   | node
-    ----------------------+---------------------------------
-    m (same object)       | kept
-    another method m'     | dropped, with all its dependants
-    NoMethod / Ambiguity  | dropped (the next compile reports the error)
+Truth table for one recorded decision (f, T -> d) after a change to f's methods or rules:
+
+    decision made again for T    | node
+    -----------------------------+---------------------------------
+    d (the same object)          | kept
+    another method / rule / None | dropped, with all its dependants
+    an error (no method, ...)    | dropped (the next compile reports the error)
 """
 
 import collections
 import inspect
 import weakref
 
-from . import dispatch, numba_glue
+from . import dispatch, numba_glue, rules
 from .dispatch import GenericFunction
-from .errors import CompilationError, DispatchError
+from .errors import CompilationError, DispatchError, RuleError
 from .lattice import fmt_sig, from_numba, source_location, typeof
 
 
@@ -43,7 +47,7 @@ class Node:
         self.dispatcher = dispatcher
         self.args = args
         self.label = label
-        self.decisions = []      # (generic function, lattice signature, method)
+        self.decisions = []      # (function, lattice signature, kind, outcome): see _decide
         self.callees = set()
         self.callers = set()
         self.alive = True
@@ -60,7 +64,7 @@ class Node:
 
 
 _NODES = {}                                   # (dispatcher, args) -> Node
-_DECISIONS = collections.defaultdict(dict)    # generic function -> {lattice sig: {Node: method}}
+_DECISIONS = collections.defaultdict(dict)    # function -> {lattice sig: {(Node, kind): outcome}}
 _SPECS = {}                                   # (method, args) -> dispatcher of that method
 _HELPERS = weakref.WeakKeyDictionary()        # plain Python function -> its nr.jit dispatcher
 _counts = collections.Counter()
@@ -87,8 +91,9 @@ def owned(py_func, label, owner=None, options=None, depends=(), local_types=None
 def engine_node(label, decisions=(), callees=(), on_drop=None):
     """A node for a choice the AD engine made while generating code (not a compile).
 
-    ``decisions``: (generic function, lattice signature, method) it relied on. When one comes out
-    differently, the node is dropped (``on_drop`` runs) with everything that depends on it.
+    ``decisions``: (function, lattice signature, kind, outcome) it relied on (see ``_decide``).
+    When one comes out differently, the node is dropped (``on_drop`` runs) with everything that
+    depends on it.
     """
     node = Node(None, (), label, on_drop or (lambda: None))
     _link(node, decisions, callees)
@@ -97,9 +102,8 @@ def engine_node(label, decisions=(), callees=(), on_drop=None):
 
 
 def _link(node, decisions, callees):
-    for f, sig, method in decisions:
-        node.decisions.append((f, sig, method))
-        _DECISIONS[f].setdefault(sig, {})[node] = method
+    for decision in decisions:
+        _decide(node, *decision)
     for target in callees:
         if target is not None and target.alive:
             node.callees.add(target)
@@ -116,8 +120,7 @@ def _record(disp, label, owner, args, calls, depends=()):
         if isinstance(callee, GenericFunction):
             sig = tuple(from_numba(a) for a in cargs)
             method = callee.resolve(sig)
-            node.decisions.append((callee, sig, method))
-            _DECISIONS[callee].setdefault(sig, {})[node] = method
+            _decide(node, callee, sig, "method", method)
             target = _NODES.get((_SPECS.get((method, cargs)), cargs))
         elif hasattr(callee, "_nr_node_for"):      # a gradient object: its driver's node
             target = callee._nr_node_for(cargs)
@@ -131,12 +134,26 @@ def _record(disp, label, owner, args, calls, depends=()):
     _by_owner[owner] = _by_owner.get(owner, 0) + 1
 
 
+def _decide(node, f, sig, kind, outcome):
+    """Record that ``node`` relied on the ``kind`` decision for ``f`` at ``sig``: "method" (which
+    method runs) or "rule" (which rule entry, or None, the AD engine used)."""
+    node.decisions.append((f, sig, kind, outcome))
+    _DECISIONS[f].setdefault(sig, {})[(node, kind)] = outcome
+
+
+def _outcome(f, sig, kind):
+    try:
+        return f.resolve(sig) if kind == "method" else rules.lookup(f, sig)
+    except (DispatchError, RuleError) as exc:
+        return type(exc)      # an error now: differs from any recorded outcome
+
+
 def _unlink(node):
     node.alive = False
     for callee in node.callees:
         callee.callers.discard(node)
-    for f, sig, _ in node.decisions:
-        _DECISIONS[f].get(sig, {}).pop(node, None)
+    for f, sig, kind, _ in node.decisions:
+        _DECISIONS[f].get(sig, {}).pop((node, kind), None)
     key = (node.dispatcher if node.dispatcher is not None else node, node.args)
     if _NODES.get(key) is node:
         del _NODES[key]
@@ -171,13 +188,7 @@ class _Backend:
                 _install_trampoline(f)
 
     def method_changed(self, f, old, new):
-        affected = []
-        for sig, entries in list(_DECISIONS.get(f, {}).items()):
-            try:
-                now = f.resolve(sig)
-            except DispatchError:
-                now = None
-            affected += [node for node, chosen in entries.items() if chosen is not now]
+        affected = _changed_decisions(f)
         if old is not None:
             for key in [k for k in _SPECS if k[0] is old]:
                 disp = _SPECS.pop(key)
@@ -186,6 +197,23 @@ class _Backend:
         tramp = f.__dict__.get("_nr_trampoline")
         if tramp is not None and tramp._nr_arities != f.arities():
             _install_trampoline(f)
+
+
+    def rules_changed(self, f):
+        invalidate(_changed_decisions(f))
+
+
+def _changed_decisions(f):
+    """Nodes whose recorded decisions about ``f`` come out differently now (see the table)."""
+    affected = []
+    for sig, entries in list(_DECISIONS.get(f, {}).items()):
+        now = {}
+        for (node, kind), chosen in list(entries.items()):
+            if kind not in now:
+                now[kind] = _outcome(f, sig, kind)
+            if now[kind] is not chosen:
+                affected.append(node)
+    return affected
 
 
 def _resolver(f):

@@ -26,6 +26,10 @@ def set_backend(backend):
     _backend = backend
 
 
+def backend():
+    return _backend
+
+
 class Method:
     """One method of a generic function: a signature of lattice types and a Python body."""
 

@@ -17,9 +17,10 @@ import math
 import numpy as np
 
 from . import cache, numba_glue, rules
-from .ad import analysis, codegen, frontend, ir, runtime
+from .ad import analysis, closures, codegen, frontend, ir, runtime
 from .dispatch import GenericFunction, Method
-from .errors import CompilationError, DifferentiationError, DispatchError, UnsupportedSyntaxError
+from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
+                     UnsupportedSyntaxError)
 from .lattice import from_numba, source_location
 
 _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like}
@@ -50,15 +51,31 @@ class Spec:
 
 
 def target_for(f, argtypes):
-    """What to differentiate for a call of ``f`` at Numba ``argtypes``, and the decision made."""
+    """What to differentiate for a call of ``f`` at Numba ``argtypes``, and the decisions made.
+
+    The target is a ``rules.Rule`` when the rule rule picks an rrule, a scalar rule or a
+    non-differentiable declaration; else the Method (generic functions) or the Python function
+    whose source is differentiated.
+    """
+    sig = tuple(from_numba(a) for a in argtypes)
+    rule = rules.lookup(f, sig)
+    decisions = [(f, sig, "rule", rule)]
+    method = None
     if isinstance(f, GenericFunction):
-        sig = tuple(from_numba(a) for a in argtypes)
         method = f.resolve(sig)
-        return method, ((f, sig, method),)
+        decisions.append((f, sig, "method", method))
+    if rule is not None and rule.kind != "opt_out":
+        return rule, tuple(decisions)
+    if method is not None:
+        return method, tuple(decisions)
+    return _source_of(f), tuple(decisions)
+
+
+def _source_of(f):
     if numba_glue.is_dispatcher(f):
-        return f.py_func, ()
+        return f.py_func
     if inspect.isfunction(f) and not _is_library(f):
-        return f, ()
+        return f
     name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', f)}".lstrip(".")
     raise DifferentiationError(
         f"cannot differentiate a call of {name}: it has no Python source numbarules "
@@ -77,11 +94,17 @@ def specialize(target, argtypes, mask):
     spec = _SPECS.get(key)
     if spec is not None and spec.alive:
         return spec
-    func = target.func if isinstance(target, Method) else target
-    name = re.sub(r"\W", "_", f"{func.__name__}_{next(_ids)}")
+    if isinstance(target, rules.Rule):
+        func = target.impl if target.kind == "rrule" else target.function
+    else:
+        func = target.func if isinstance(target, Method) else target
+    name = re.sub(r"\W", "_", f"{getattr(func, '__name__', 'rule')}_{next(_ids)}")
     spec = _SPECS[key] = Spec(key, target, func, name)
     try:
-        _build(spec, argtypes, mask)
+        if isinstance(target, rules.Rule):
+            _build_rule(spec, argtypes, mask)
+        else:
+            _build(spec, argtypes, mask)
     except BaseException:
         spec.drop()
         raise
@@ -129,9 +152,99 @@ def _build(spec, argtypes, mask):
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", options=options.get(kind),
                                 depends=(spec.node,), local_types=local_types.get(kind))
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
+    spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
+                               for t in tangent_types(argtypes, mask))
     spec.ready = True
     for other_ns in spec.waiters:
         _bind(other_ns, spec)
+
+
+def _build_rule(spec, argtypes, mask):
+    """Kernels of a rule entry: the user's rrule closure-converted, or generated for a scalar
+    rule or a non-differentiable declaration (called directly, e.g. nr.grad(f) on f itself)."""
+    rule = spec.target
+    if rule.kind == "rrule":
+        conv = closures.convert(rule.impl, spec.name)
+        ns = _namespace(conv.refs)
+        fwd_src, bwd_src = conv.forward, conv.pullback
+    else:
+        ns = _namespace({"_f": rule.function})
+        fwd_src, bwd_src = _generated_rule(rule, spec.name, argtypes, ns)
+    spec.primal_source = fwd_src
+    _exec(fwd_src + bwd_src, ns, f"rule:{spec.name}")
+    kinds = _check_rule_types(rule, spec.name, ns, argtypes)
+    spec.return_type = kinds[0]
+    spec.tangent_kinds = kinds[1]
+    params = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    outs = "".join(f"_d[{k}], " for k in range(len(argtypes)))
+    vjp_src = (f"def vjp_{spec.name}({params}{', ' if params else ''}_dout):\n"
+               f"    _y, _res = fwd_{spec.name}({params})\n"
+               f"    _d = bwd_{spec.name}(_res, _dout)\n"
+               f"    return (_y, {outs})\n")
+    _exec(vjp_src, ns, f"rule-vjp:{spec.name}")
+    spec.kernels = codegen.Kernels(fwd_src, bwd_src, vjp_src, (), (), False)
+    spec.source = fwd_src + bwd_src + vjp_src
+    spec.node = cache.engine_node(f"rule {spec.name}", (), (), spec.drop)
+    label = f"{rule!r}"
+    for kind in ("fwd", "bwd", "vjp"):
+        fname = f"{kind}_{spec.name}"
+        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,))
+    spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
+    spec.ready = True
+    for other_ns in spec.waiters:
+        _bind(other_ns, spec)
+
+
+def _generated_rule(rule, name, argtypes, ns):
+    n = len(argtypes)
+    params = ", ".join(f"a{i}" for i in range(n))
+    tup = lambda xs: "(" + "".join(x + ", " for x in xs) + ")"   # noqa: E731
+    fwd = f"def fwd_{name}({params}):\n    return _f({params}), {tup(f'a{i}' for i in range(n))}\n"
+    lines = [f"def bwd_{name}(_res, _dout):", f"    {params}{',' if n == 1 else ''} = _res"]
+    if rule.kind == "scalar":
+        ns["_partials"] = cache.helper(rule.impl)
+        extra = f", _f({params})" if rule.uses_result else ""
+        lines.append(f"    _p = _partials({params}{extra})")
+        grads = [f"_dout * _p[{i}]" if analysis.is_float(t) else "None"
+                 for i, t in enumerate(argtypes)]
+    else:
+        grads = [("0.0" if analysis.is_float(t) else f"_np.zeros_like(a{i})"
+                  if analysis.is_float_array(t) else "None") for i, t in enumerate(argtypes)]
+    lines.append(f"    return {tup(grads)}")
+    return fwd, "\n".join(lines) + "\n"
+
+
+def _check_rule_types(rule, name, ns, argtypes):
+    """Type the rule's kernels; RuleError unless the pullback returns one tangent of the right
+    kind (None, a float for a float, a float array of the same rank for an array) per argument."""
+    where = f"{rule!r}"
+    try:
+        ftypes, fret = numba_glue.infer_types(ns[f"fwd_{name}"], argtypes)
+    except numba_glue.NumbaError as exc:
+        raise RuleError(f"{where}: its forward part does not compile for "
+                        f"{tuple(str(a) for a in argtypes)}:\n{numba_glue.error_text(exc)}") from None
+    y_type, res_type = fret.types if numba_glue.is_tuple_type(fret) and len(fret) == 2 else (fret, None)
+    try:
+        btypes, bret = numba_glue.infer_types(ns[f"bwd_{name}"], (res_type, y_type))
+    except numba_glue.NumbaError as exc:
+        raise RuleError(f"{where}: its pullback does not compile:\n"
+                        f"{numba_glue.error_text(exc)}") from None
+    if not numba_glue.is_tuple_type(bret) or len(bret) != len(argtypes):
+        raise RuleError(f"{where}: the pullback must return a tuple of {len(argtypes)} tangent"
+                        f"{'s' * (len(argtypes) != 1)} (one per argument, None for none), "
+                        f"not {bret}")
+    kinds = []
+    for k, (t, a) in enumerate(zip(bret, argtypes)):
+        if numba_glue.is_none_type(t):
+            kinds.append(None)
+            continue
+        ok = (analysis.is_float(a) and analysis.is_float(t)) or (
+            analysis.is_float_array(a) and analysis.is_float_array(t) and t.ndim == a.ndim)
+        if not ok:
+            raise RuleError(f"{where}: tangent {k} is {t}, but argument {k} is {a}: expected "
+                            f"{'None or a float' if analysis.is_float(a) else 'None or a float array of rank ' + str(getattr(a, 'ndim', '?')) if analysis.is_float_array(a) else 'None'}")
+        kinds.append(t)
+    return y_type, tuple(kinds)
 
 
 def tangent_types(argtypes, mask):
@@ -157,21 +270,22 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         return codegen.CallPlan("alloc")
     if f is np.full:
         return codegen.CallPlan("full")
-    rule = rules.scalar_rule_for(f)
-    if rule is not None:
-        pname = f"_partials_{getattr(f, '__name__', 'f')}"
-        ns[pname] = cache.helper(rule.partials)
-        return codegen.CallPlan("scalar", pname, with_result=rule.uses_result)
     argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
                      for a in call.args)
     try:
         target, made = target_for(f, argtypes)
-    except DispatchError as exc:
+    except (DispatchError, RuleError) as exc:
         raise _at(spec, stmt, exc) from None
     except DifferentiationError as exc:
         raise DifferentiationError(f"{exc}\n  called at {spec.fn.file}:{stmt.line} in "
                                    f"{spec.func.__qualname__}") from None
     decisions.extend(made)
+    if isinstance(target, rules.Rule) and target.kind == "non_differentiable":
+        return codegen.CallPlan("nondiff")
+    if isinstance(target, rules.Rule) and target.kind == "scalar":
+        pname = f"_partials_{re.sub(r'[^A-Za-z0-9]', '_', getattr(f, '__name__', 'f'))}_{id(target)}"
+        ns[pname] = cache.helper(target.impl)
+        return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
     callee = specialize(target, argtypes, arg_mask)
     if callee.ready:
         _bind(ns, callee)
@@ -179,7 +293,8 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         callee.waiters.append(ns)     # mutual recursion: bound once the callee is built
     if callee.node is not None:
         callees.append(callee.node)
-    return codegen.CallPlan("derived", callee.name, arg_mask)
+    mask = tuple(m and t is not None for m, t in zip(arg_mask, callee.tangent_kinds))
+    return codegen.CallPlan("derived", callee.name, mask)
 
 
 def _bind(ns, callee):

@@ -296,6 +296,14 @@ def array_type_like(t):
 NONE = types.none
 
 
+def is_tuple_type(t):
+    return isinstance(t, types.BaseTuple)
+
+
+def is_none_type(t):
+    return isinstance(t, types.NoneType)
+
+
 def being_typed(context, dispatcher, argtypes):
     """Whether ``dispatcher`` is being typed for ``argtypes`` up this stack (a recursive call)."""
     return context.callstack.match(dispatcher.py_func, tuple(argtypes)) is not None
