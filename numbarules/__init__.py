@@ -11,7 +11,7 @@ from .dispatch import GenericFunction, Method, generic, which
 from .cache import jit, cache_info, clear_cache
 from .rules import rrule, scalar_rule, opt_out, non_differentiable, rule_for
 from . import primitives  # noqa: F401 - registers the built-in rules
-from .api import grad, value_and_grad, pullback, code, ad_stats
+from .api import grad, value_and_grad, pullback, code, ad_stats, explain
 from . import testing
 from .errors import (NumbarulesError, SignatureError, DispatchError, NoMethodError, AmbiguityError,
                      CompilationError, UnsupportedSyntaxError, DifferentiationError, RuleError)
@@ -23,7 +23,7 @@ __all__ = [
     "Int32", "Bool", "AbstractArray", "AbstractVector", "AbstractMatrix", "Array", "Vector",
     "Matrix", "typeof", "issubtype", "struct", "Tangent", "GenericFunction", "Method", "generic",
     "which", "jit", "cache_info", "clear_cache", "scalar_rule", "rrule", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
-    "pullback", "code", "ad_stats", "testing", "NumbarulesError", "SignatureError",
+    "pullback", "code", "ad_stats", "explain", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError",
 ]

@@ -13,6 +13,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo.run()
+        print()
+        demo.rules_story()
     return 0
 
 

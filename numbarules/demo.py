@@ -1,8 +1,10 @@
-"""``numbarules demo``: the method story of the discussion this project answers, end to end.
+"""``numbarules demo``: the story of the discussion this project answers, end to end.
 
 Julia's ``my_sum(::AbstractMatrix)`` and ``my_sum(::Diagonal)``: two methods, compile-time
-dispatch from compiled callers, and a method added later that an already-compiled caller picks up
-(only what the new method affects is recompiled).
+dispatch from compiled callers, a method added later that an already-compiled caller picks up
+(only what the new method affects is recompiled); then a reverse rule for the AbstractMatrix
+*method* that does not hide the Diagonal method, a rule added after the first gradient, an
+opt-out, and a new method that stops the rule for its types.
 """
 
 import time
@@ -88,6 +90,59 @@ def run(out=print):
         out("  " + str(exc).replace("\n", "\n  "))
 
 
+def rules_story(out=print):
+    Diagonal, my_sum, _ = build()
+    A = np.arange(6.0).reshape(2, 3)
+    D = Diagonal(np.array([1.0, 2.0, 3.0]))
+    g = nr.grad(my_sum)
+    out("Gradients before any rule: both methods are differentiated from their source.")
+    out(f"  grad(my_sum)(A) = {g(A).tolist()}")
+    out(f"  grad(my_sum)(D) = {g(D)!r}")
+    out("")
+    out("Now a reverse rule for the method my_sum(x::AbstractMatrix), after the first gradient:")
+
+    @nr.rrule(my_sum)
+    def _(x: nr.AbstractMatrix):
+        y = my_sum(x)
+        m, n = x.shape
+
+        def my_sum_pullback(dy):
+            return (np.full((m, n), dy),)
+        return y, my_sum_pullback
+
+    out(f"  nr.rule_for(my_sum, A) -> {nr.rule_for(my_sum, A)!r}")
+    out(f"  nr.rule_for(my_sum, D) -> {nr.rule_for(my_sum, D)!r}   "
+        f"(D runs the Diagonal method: the rule is not for it)")
+    out(f"  grad(my_sum)(A) = {g(A).tolist()}   (the same gradient object, now via the rule)")
+    out(f"  grad(my_sum)(D) = {g(D)!r}")
+
+    def loss(A, D):
+        return my_sum(A) * my_sum(D)
+
+    out("")
+    out("nr.explain(loss, A, D), loss(A, D) = my_sum(A) * my_sum(D):")
+    out("  " + str(nr.explain(loss, A, D)).replace("\n", "\n  "))
+    out("")
+    nr.opt_out(my_sum, nr.Matrix[nr.Float64])
+    out("nr.opt_out(my_sum, nr.Matrix[nr.Float64]): float64 matrices are differentiated again:")
+    out("  " + str(nr.explain(loss, A, D)).splitlines()[1].strip())
+    out("")
+
+    @my_sum.method
+    def my_sum(x: nr.Matrix[nr.Float32]):     # noqa: F811 - a new, more specific method
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += x[i, i]
+        return s
+
+    A32 = A.astype(np.float32)
+    out("A new method my_sum(x::Matrix[Float32]) (a trace): the rule stops applying to its types:")
+    out(f"  nr.rule_for(my_sum, A32) -> {nr.rule_for(my_sum, A32)!r}")
+    out(f"  grad(my_sum)(A32) = {g(A32).tolist()}")
+    info = nr.cache_info()
+    out(f"cache_info: compiles {info['compiles']}, invalidations {info['invalidations']}")
+
+
 def _counts():
     info = nr.cache_info()
     return {k: info[k] for k in ("compiles", "hits", "invalidations")}
@@ -95,3 +150,5 @@ def _counts():
 
 if __name__ == "__main__":
     run()
+    print()
+    rules_story()

@@ -22,6 +22,7 @@ from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
                      UnsupportedSyntaxError)
 from .lattice import from_numba, source_location
+from .structs import Tangent, isstruct
 
 _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like}
 _SPECS = {}          # (target, argtypes, mask) -> Spec
@@ -40,6 +41,7 @@ class Spec:
         self.ready = False
         self.waiters = []           # namespaces to give our kernels once they exist
         self.node = None
+        self.calls = []             # what each differentiated call resolved to (nr.explain)
 
     def __repr__(self):
         return f"<AD specialization {self.name}>"
@@ -100,6 +102,10 @@ def specialize(target, argtypes, mask):
         func = target.func if isinstance(target, Method) else target
     name = re.sub(r"\W", "_", f"{getattr(func, '__name__', 'rule')}_{next(_ids)}")
     spec = _SPECS[key] = Spec(key, target, func, name)
+    # Known before the build, so a recursive call inside it can read them.
+    spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
+                               for t in tangent_types(argtypes, mask))
+    spec.argtypes = tuple(argtypes)
     try:
         if isinstance(target, rules.Rule):
             _build_rule(spec, argtypes, mask)
@@ -137,6 +143,7 @@ def _build(spec, argtypes, mask):
     spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
     spec.node = cache.engine_node(f"AD {spec.name}", decisions, callees, spec.drop)
     k = spec.kernels
+    ns.update(k.tangent_classes or {})
     spec.source = "\n".join((k.forward, k.pullback, k.vjp))
     _exec(spec.source, ns, f"kernels:{spec.name}")
     label = spec.func.__qualname__
@@ -239,7 +246,9 @@ def _check_rule_types(rule, name, ns, argtypes):
             kinds.append(None)
             continue
         ok = (analysis.is_float(a) and analysis.is_float(t)) or (
-            analysis.is_float_array(a) and analysis.is_float_array(t) and t.ndim == a.ndim)
+            analysis.is_float_array(a) and analysis.is_float_array(t) and t.ndim == a.ndim) or (
+            analysis.is_float_struct(a) and getattr(t, "instance_class", None)
+            is Tangent[a.instance_class])
         if not ok:
             raise RuleError(f"{where}: tangent {k} is {t}, but argument {k} is {a}: expected "
                             f"{'None or a float' if analysis.is_float(a) else 'None or a float array of rank ' + str(getattr(a, 'ndim', '?')) if analysis.is_float_array(a) else 'None'}")
@@ -249,15 +258,18 @@ def _check_rule_types(rule, name, ns, argtypes):
 
 def tangent_types(argtypes, mask):
     """The Numba types of the tangents a pullback returns."""
-    out = []
-    for t, m in zip(argtypes, mask):
-        if m and analysis.is_float_array(t):
-            out.append(numba_glue.array_type_like(t))
-        elif m and analysis.is_float(t):
-            out.append(t)
-        else:
-            out.append(numba_glue.NONE)
-    return out
+    return [tangent_type(t) if m else numba_glue.NONE for t, m in zip(argtypes, mask)]
+
+
+def tangent_type(t):
+    if analysis.is_float_array(t):
+        return numba_glue.array_type_like(t)
+    if analysis.is_float(t):
+        return t
+    if analysis.is_float_struct(t):
+        return numba_glue.named_tuple_type([tangent_type(e) for e in t],
+                                           Tangent[t.instance_class])
+    return numba_glue.NONE
 
 
 def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
@@ -270,6 +282,12 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         return codegen.CallPlan("alloc")
     if f is np.full:
         return codegen.CallPlan("full")
+    if isstruct(f):
+        raise UnsupportedSyntaxError(
+            f"building the struct {f!r} from differentiated values\n"
+            f'  File "{spec.fn.file}", line {stmt.line}, in {spec.func.__qualname__}\n'
+            f"Hint: pass the struct in as an argument (its tangent is nr.Tangent[{f!r}]), or "
+            f"write a rule (nr.rrule) for this function.")
     argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
                      for a in call.args)
     try:
@@ -280,6 +298,10 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         raise DifferentiationError(f"{exc}\n  called at {spec.fn.file}:{stmt.line} in "
                                    f"{spec.func.__qualname__}") from None
     decisions.extend(made)
+    info = dict(function=f, argtypes=argtypes, line=stmt.line, target=target,
+                rule=next((d[3] for d in made if d[2] == "rule"), None),
+                method=next((d[3] for d in made if d[2] == "method"), None), callee=None)
+    spec.calls.append(info)
     if isinstance(target, rules.Rule) and target.kind == "non_differentiable":
         return codegen.CallPlan("nondiff")
     if isinstance(target, rules.Rule) and target.kind == "scalar":
@@ -287,6 +309,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         ns[pname] = cache.helper(target.impl)
         return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
     callee = specialize(target, argtypes, arg_mask)
+    info["callee"] = callee
     if callee.ready:
         _bind(ns, callee)
     elif callee is not spec:

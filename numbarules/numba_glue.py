@@ -296,6 +296,11 @@ def array_type_like(t):
 NONE = types.none
 
 
+def named_tuple_type(items, cls):
+    # from_types picks NamedUniTuple for equal field types, as typeof does for the values.
+    return types.BaseTuple.from_types(tuple(items), cls)
+
+
 def is_tuple_type(t):
     return isinstance(t, types.BaseTuple)
 

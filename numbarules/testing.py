@@ -33,7 +33,13 @@ the arguments' own dtype with a float32-sized step, under the same looser tolera
 """
 import sys
 
+import numba
 import numpy as np
+
+from . import kernels, rules
+from .ad import analysis
+from .lattice import fmt_sig, typeof
+from .structs import Tangent
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _FULL_CHECK_MAX = 64
@@ -272,3 +278,55 @@ def _judge(name, i, labels, ad, fd, scale, rtol, atol):
         f"  |AD - FD| = {diff[w]:.3e} > atol + rtol * {size[w]:.3e} = {atol + rtol * size[w]:.3e}"
         f" (atol={atol:g}, rtol={rtol:g}); relative error {rel[w]:.3e}\n"
         f"  {int(np.sum(ratio > 1.0))} of {len(ad)} checked coordinates fail")
+
+
+def check_rrule(f, *args, rtol=1e-5, atol=1e-7, eps=None):
+    """Check the rule that a call ``f(*args)`` uses, the way Mooncake's ``test_rule`` does:
+
+    - a rule applies (``nr.rule_for``) and it is really the code the AD engine runs for this call
+      (not a more specific method's derived gradient: the rule rule);
+    - its forward returns ``f(*args)``;
+    - its pullback returns one tangent per argument: None for integers and booleans, a float for
+      a float, an array of the argument's shape for an array (None for a float means zero);
+    - the tangents agree with central finite differences (``check_grad``'s tolerances).
+
+    Returns ``{argnum: worst relative error}``; raises ``AssertionError`` naming what failed.
+    """
+    name = _name(f)
+    sig = fmt_sig(tuple(typeof(a) for a in args))
+    rule = rules.rule_for(f, *args)
+    if rule is None:
+        raise AssertionError(f"check_rrule({name}): no rule applies to {name}{sig}")
+    argtypes = tuple(numba.typeof(a) for a in args)
+    target, _ = kernels.target_for(f, argtypes)
+    if target is not rule:
+        raise AssertionError(f"check_rrule({name}): the AD engine would not run {rule!r} for "
+                             f"{name}{sig}; it uses {target!r}")
+    mask = tuple(analysis.differentiable(t) for t in argtypes)
+    spec = kernels.specialize(rule, argtypes, mask)
+    y, residuals = spec.fwd(*args)
+    primal = f(*args)
+    if not np.allclose(y, primal, rtol=1e-12, atol=0.0):
+        raise AssertionError(f"check_rrule({name}): the rule's forward returns {y!r}, but "
+                             f"{name}{sig} returns {primal!r}")
+    tangents = spec.bwd(residuals, 1.0)
+    for i, (a, t) in enumerate(zip(args, tangents)):
+        if analysis.is_float_struct(argtypes[i]):
+            if t is not None and type(t) is not Tangent[type(a)]:
+                raise AssertionError(f"check_rrule({name}): argument {i} is a {type(a).__name__}; "
+                                     f"its tangent must be nr.Tangent[{type(a).__name__}] or None, "
+                                     f"not {t!r}")
+            continue
+        if not _is_float_arg(a) and t is not None:
+            raise AssertionError(f"check_rrule({name}): argument {i} ({_describe(a)}) carries "
+                                 f"no tangent, but the pullback returns {t!r}; return None")
+    checked = tuple(i for i, a in enumerate(args) if _is_float_arg(a))
+    if not checked:
+        return {}
+    zero = {i: (np.zeros_like(args[i]) if isinstance(args[i], np.ndarray) else 0.0)
+            for i in checked}
+    chosen = tuple(zero[i] if tangents[i] is None else tangents[i] for i in checked)
+
+    def rule_grad(fn, argnums):
+        return lambda *a: chosen
+    return check_grad(f, *args, argnums=checked, eps=eps, rtol=rtol, atol=atol, grad=rule_grad)

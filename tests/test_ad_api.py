@@ -231,5 +231,11 @@ def test_values_without_tangents_are_refused_not_silently_zero():
     def boxed(x):
         b = Box(x * 2.0)
         return b.v
-    with pytest.raises(nr.UnsupportedSyntaxError, match="depends on a differentiated input"):
+    with pytest.raises(nr.UnsupportedSyntaxError, match="building the struct Box"):
         nr.grad(boxed)(1.0)
+
+    def tupled(x):
+        t = (x, np.ones(2))          # a tuple holding an array: no tangent type for it yet
+        return t[0] * t[1][0]
+    with pytest.raises(nr.UnsupportedSyntaxError, match="depends on a differentiated input"):
+        nr.grad(tupled)(1.0)

@@ -18,3 +18,20 @@ def test_console_entry_point_runs():
     proc = subprocess.run([sys.executable, "-m", "numbarules.cli", "--help"], capture_output=True,
                           text=True, check=True)
     assert "demo" in proc.stdout
+
+
+def test_demo_tells_the_rules_story(capsys):
+    cli.main(["demo"])
+    out = capsys.readouterr().out
+    assert "nr.rule_for(my_sum, D) -> None" in out
+    assert "[rule]  (rrule at" in out and "my_sum(::Diagonal) -> my_sum(x::Diagonal)  [derived]" in out
+    assert "[opted out]" in out
+    assert "nr.rule_for(my_sum, A32) -> None" in out
+    assert "grad(my_sum)(D) = Tangent[Diagonal](diag=array([1., 1., 1.]))" in out
+
+
+def test_method_rules_example_runs():
+    proc = subprocess.run([sys.executable, "examples/method_rules.py"], capture_output=True,
+                          text=True, check=True)
+    assert "rule for D: None (the Diagonal method is differentiated)" in proc.stdout
+    assert "[rule]" in proc.stdout and "vsum(::Vector[Float64])  [derived]" in proc.stdout

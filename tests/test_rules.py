@@ -270,3 +270,42 @@ def test_ambiguous_rules_are_an_error():
     mk((nr.Real, nr.Float64))
     with pytest.raises(nr.RuleError, match="ambiguous"):
         nr.grad(f)(1.0, 2.0)
+
+
+def test_check_rrule_passes_a_correct_rule_and_catches_wrong_ones():
+    my_sum = family()
+    add_scaled_rule(my_sum, 1.0)
+    report = nr.testing.check_rrule(my_sum, A)
+    assert set(report) == {0}
+    with pytest.raises(AssertionError, match="no rule applies"):
+        nr.testing.check_rrule(my_sum, A32)          # the Float32 method is derived
+    add_scaled_rule(my_sum, 2.0)                     # replaces it: now wrong by a factor 2
+    with pytest.raises(AssertionError, match="disagrees with central finite differences"):
+        nr.testing.check_rrule(my_sum, A)
+
+
+def test_explain_shows_method_and_how_each_call_is_differentiated():
+    my_sum = family()
+    add_scaled_rule(my_sum, 1.0)
+
+    @nr.generic
+    def act(x: nr.Real):
+        return math.tanh(x)
+
+    def untreated(x):
+        return math.lgamma(x)
+    nr.non_differentiable(untreated, nr.Float64)
+
+    def loss(A, B, x):
+        return my_sum(A) + my_sum(B) + act(x) + untreated(x)
+
+    text = str(nr.explain(loss, A, A32, 0.5))
+    lines = text.splitlines()
+    assert lines[0].startswith("loss(::Matrix[Float64], ::Matrix[Float32], ::Float64)  [derived]")
+    assert "my_sum(::Matrix[Float64]) -> my_sum(x::AbstractMatrix)  [rule]  (rrule at" in text
+    assert "my_sum(::Matrix[Float32]) -> my_sum(x::Matrix[Float32])  [derived]" in text
+    assert "act(::Float64) -> act(x::Real)  [derived]" in text
+    assert "math.tanh(::Float64)  [rule]" in text
+    assert "untreated(::Float64)  [non-differentiable]" in text
+    nr.opt_out(my_sum, nr.AbstractMatrix)
+    assert "[opted out]" in str(nr.explain(loss, A, A32, 0.5))

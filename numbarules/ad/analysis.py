@@ -43,8 +43,15 @@ def is_float_tuple(t):
         and any(is_float(e) for e in t) and all(is_float(e) or _carries_no_tangent(e) for e in t)
 
 
+def is_float_struct(t):
+    """A @nr.struct value with a float or float-array field: its adjoint is a Tangent[S]."""
+    return isinstance(t, nbt.BaseNamedTuple) and "_nr_fields" in vars(t.instance_class) \
+        and any(is_float(e) or is_float_array(e) for e in t) \
+        and all(is_float(e) or is_float_array(e) or _carries_no_tangent(e) for e in t)
+
+
 def differentiable(t):
-    return is_float(t) or is_float_array(t) or is_float_tuple(t)
+    return is_float(t) or is_float_array(t) or is_float_tuple(t) or is_float_struct(t)
 
 
 @dataclass(frozen=True)
@@ -216,10 +223,21 @@ def _carries_no_tangent(t):
 
 
 def _check_arrays(fn, stmts, types, active, sites, in_loop):
+    for s in stmts:
+        if isinstance(s, ir.Assign) and s.target in active and is_float_struct(types.get(s.target)) \
+                and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name) \
+                and not s.expr.a.id.startswith("_t"):
+            raise UnsupportedSyntaxError(
+                f"rebinding the struct '{s.target}' inside a differentiated function\n"
+                f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
+                f"Hint: read its fields directly from the argument.")
     for v in active:
         if not is_float_array(types.get(v)):
             continue
         ss = sites.get(v, [])
+        if ss and all(isinstance(s.expr, ir.Attr) and isinstance(s.expr.a, ir.Name)
+                      and is_float_struct(types.get(s.expr.a.id)) for s in ss):
+            continue      # a struct's array field: the same array every time, an alias
         if v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss):
             line = ss[-1].line if ss else fn.firstline
             raise UnsupportedSyntaxError(

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from numba import types as nbt
 
 from . import ir
-from .analysis import adjoint_reads, is_float, is_float_array, is_float_tuple
+from ..structs import Tangent
+from .analysis import adjoint_reads, is_float, is_float_array, is_float_struct, is_float_tuple
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
 
@@ -41,6 +42,7 @@ class Kernels:
     residuals: tuple
     tape_keys: tuple
     fused: bool = False        # the vjp runs forward and reverse in one pass (fused_vjp)
+    tangent_classes: dict = None   # namespace names -> Tangent[S] classes the kernels build
 
 
 class _Names:
@@ -118,6 +120,16 @@ class _Gen:
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
         self.fusing = False
+        self.tangent_classes = {}
+        # array variables bound to a struct's array field: v -> (struct variable, field index)
+        self.field_source = {}
+        for s in ir.walk(fn.body):
+            if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Attr) \
+                    and isinstance(s.expr.a, ir.Name) and s.target in plan.active \
+                    and is_float_array(types.get(s.target)) \
+                    and is_float_struct(types.get(s.expr.a.id)) and s.expr.a.id in plan.active:
+                fields = types[s.expr.a.id].instance_class._fields
+                self.field_source[s.target] = (s.expr.a.id, fields.index(s.expr.attr))
 
     # --- shared ----------------------------------------------------------------------------
 
@@ -306,15 +318,36 @@ class _Gen:
         lines.append(f"    return ({tup})")
         return "\n".join(lines) + "\n"
 
+    def tangent_class(self, t):
+        """The namespace name of Tangent[S] for a struct type (kernels puts it there)."""
+        cls = Tangent[t.instance_class]
+        name = f"_Tangent_{t.instance_class.__name__}"
+        self.tangent_classes[name] = cls
+        return name
+
+    def struct_zero(self, v, t, reads):
+        reads.add(v)
+        parts = [f"_np.zeros_like({v}[{k}])" if is_float_array(e) else
+                 (self.zero(e) if is_float(e) else "None") for k, e in enumerate(t)]
+        return f"{self.tangent_class(t)}({', '.join(parts)})"
+
     def adjoint_header(self, reads):
-        """Zero adjoints: one array per alias class (b = a shares a's), then the scalars."""
+        """Zero adjoints: struct tangents, then one array per alias class (b = a shares a's; an
+        array read from a struct field shares the field's tangent), then the scalars."""
         plan, d = self.plan, self.names.d
         header = []
         scalars = sorted(v for v in plan.active
                          if is_float(self.types.get(v)) or is_float_tuple(self.types.get(v)))
         arrays = sorted(v for v in plan.active if is_float_array(self.types.get(v)))
+        for v in sorted(plan.active):
+            t = self.types.get(v)
+            if is_float_struct(t):
+                header.append(f"{d(v)} = {self.struct_zero(v, t, reads)}")
         for v in arrays:
-            if plan.alias_of.get(v, v) == v:
+            field = self.field_source.get(v)
+            if field is not None:
+                header.append(f"{d(v)} = {d(field[0])}[{field[1]}]")
+            elif plan.alias_of.get(v, v) == v:
                 header.append(f"{d(v)} = _np.zeros_like({v})")
                 reads.add(v)
         for v in arrays:
@@ -328,12 +361,14 @@ class _Gen:
         for p, m in zip(self.fn.params, self.mask):
             t = self.types.get(p)
             d = self.names.d(p)
-            if not m or not (is_float(t) or is_float_array(t)):
+            if not m or not (is_float(t) or is_float_array(t) or is_float_struct(t)):
                 tangents.append("None")
             elif p in self.plan.active:
                 # Scalar tangents have the argument's own type (the vjp declares it).
-                tangents.append(d if is_float_array(t) else
+                tangents.append(d if is_float_array(t) or is_float_struct(t) else
                                 (f"float({d})" if t == nbt.float64 else f"_np.{t}({d})"))
+            elif is_float_struct(t):
+                tangents.append(self.struct_zero(p, t, reads))
             elif is_float_array(t):
                 tangents.append(f"_np.zeros_like({p})")
                 reads.add(p)
@@ -497,6 +532,9 @@ class _Gen:
         d = self.names.d(s.target)
         if s.target in self.forwarded:
             return d         # assigned afresh by its single reader, just before in this sweep
+        t = self.types.get(s.target)
+        if is_float_array(t) or is_float_struct(t):
+            return d         # arrays and structs are bound once: their adjoints are never reset
         if len(self.sites.get(s.target, ())) > 1 or id(s) in self.plan.in_loop:
             out.add(f"_g = {d}")
             out.add(f"{d} = {self.zero(self.types[s.target]) or '0.0'}")
@@ -539,6 +577,13 @@ class _Gen:
             elif act(e.a):
                 idx = ", ".join(src(i) for i in e.index)
                 out.add(f"{d(e.a.id)}[{idx}] += {g}")
+        elif isinstance(e, ir.Attr):
+            ts = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
+            if act(e.a) and is_float_struct(ts) and is_float(t):
+                k = ts.instance_class._fields.index(e.attr)
+                out.add(f"{d(e.a.id)} = {self.tangent_class(ts)}"
+                        f"{_tuple_add(d(e.a.id), ts, g, only=k)}")
+            # an array field: its tangent is the field's own (see adjoint_header)
         elif isinstance(e, ir.MethodCall):
             if e.name == "copy" and act(e.obj):
                 out.add(f"{d(e.obj.id)} += {g}")
@@ -573,7 +618,18 @@ class _Gen:
             out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
             for k, a in enumerate(e.args):
                 if act(a) and cp.mask[k]:
-                    out.add(f"{d(a.id)} += _r[{k}]")
+                    ta = self.types.get(a.id)
+                    if is_float_struct(ta):
+                        # field by field: arrays in place, floats into a new Tangent
+                        for j, ft in enumerate(ta):
+                            if is_float_array(ft):
+                                out.add(f"_iadd({d(a.id)}[{j}], _r[{k}][{j}])")
+                        if any(is_float(ft) for ft in ta):
+                            parts = [f"{d(a.id)}[{j}] + _r[{k}][{j}]" if is_float(ft) else
+                                     f"{d(a.id)}[{j}]" for j, ft in enumerate(ta)]
+                            out.add(f"{d(a.id)} = {self.tangent_class(ta)}({', '.join(parts)})")
+                    else:
+                        out.add(f"{d(a.id)} += _r[{k}]")
             return
         raise AssertionError(cp.kind)
 
@@ -591,7 +647,7 @@ class _Gen:
                f"    _d = bwd_{self.name}(_res, _dout)\n"
                f"    return (_y, {outs}{',' if len(self.fn.params) == 0 else ''})\n")
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
-                       fused is not None)
+                       fused is not None, dict(self.tangent_classes))
 
 
 def _tuple_add(acc, t, g, only=None):

@@ -29,4 +29,10 @@ def _reserve(buf, used, more):
     return new
 
 
-HELPERS = {"_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_np": np}
+@numba.njit(inline="always")
+def _iadd(acc, x):
+    """acc += x in place (an array field of an immutable Tangent)."""
+    acc += x
+
+
+HELPERS = {"_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd, "_np": np}
