@@ -116,14 +116,30 @@ def grad(f, argnums=0):
     """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``.
 
     An int gives one tangent, a tuple gives a tuple. Tangents: float for float, an array of the
-    same shape for an array, None for integers and booleans.
+    same shape for an array, ``nr.Tangent[S]`` for a struct, None for integers and booleans.
     """
-    return Gradient(f, argnums, with_value=False)
+    return _gradient(f, argnums, False)
 
 
 def value_and_grad(f, argnums=0):
     """Like ``grad``, returning ``(value, gradient)``."""
-    return Gradient(f, argnums, with_value=True)
+    return _gradient(f, argnums, True)
+
+
+_GRADIENTS = {}
+
+
+def _gradient(f, argnums, with_value):
+    # One object per (f, argnums, kind): its compiled drivers are reused by every nr.grad(f)
+    # (linking a driver re-optimises the kernels it calls: seconds for large array code).
+    try:
+        key = (f, argnums, with_value)
+        hit = _GRADIENTS.get(key)
+    except TypeError:          # unhashable f or argnums
+        return Gradient(f, argnums, with_value)
+    if hit is None:
+        hit = _GRADIENTS[key] = Gradient(f, argnums, with_value)
+    return hit
 
 
 def _spec_for_call(f, args, argnums=None):

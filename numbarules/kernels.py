@@ -317,7 +317,8 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     if callee.node is not None:
         callees.append(callee.node)
     mask = tuple(m and t is not None for m, t in zip(arg_mask, callee.tangent_kinds))
-    return codegen.CallPlan("derived", callee.name, mask)
+    checked = repr(target).replace("'", "") if isinstance(target, rules.Rule) else ""
+    return codegen.CallPlan("derived", callee.name, mask, checked=checked)
 
 
 def _bind(ns, callee):

@@ -239,3 +239,30 @@ def test_values_without_tangents_are_refused_not_silently_zero():
         return t[0] * t[1][0]
     with pytest.raises(nr.UnsupportedSyntaxError, match="depends on a differentiated input"):
         nr.grad(tupled)(1.0)
+
+
+def sum_tanh(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.tanh(x[i])
+    return s
+
+
+def test_partials_that_use_the_result_see_each_iterations_result():
+    # Regression: the separate pullback used the last iteration's tanh for every iteration.
+    x = np.array([0.3, -0.8, 1.1, 0.05])
+    expected = 1.0 - np.tanh(x) ** 2
+    np.testing.assert_allclose(nr.pullback(sum_tanh, x)[1](1.0)[0], expected, rtol=1e-12)
+    np.testing.assert_allclose(nr.grad(sum_tanh)(x), expected, rtol=1e-12)
+
+
+def test_a_renamed_function_is_found_by_its_line_never_guessed():
+    def g(x):
+        return x * x
+    g.__name__ = "renamed"
+    assert nr.grad(g)(1.5) == pytest.approx(3.0)
+    h = lambda x: x * 3.0      # noqa: E731
+    assert nr.grad(h)(1.0) == pytest.approx(3.0)
+    pair = [lambda x: x * 2.0, lambda x: x * 5.0]
+    with pytest.raises(nr.UnsupportedSyntaxError, match="cannot tell which definition"):
+        nr.grad(pair[1])(1.0)

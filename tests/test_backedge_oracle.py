@@ -89,19 +89,19 @@ def vector_body(level, c, lower):
     def f0(x):
         s = 0.0
         for i in range(x.shape[0]):
-            s += c * math.tanh(x[i]) * (i + 1.0)
+            s += c * math.cos(x[i]) * (i + 1.0)
         return s
 
     def f1(x):
         s = a * lower(x)
         for i in range(x.shape[0]):
-            s += c * math.tanh(x[i]) * (i + 1.0)
+            s += c * math.cos(x[i]) * (i + 1.0)
         return s
 
     def f2(x):
         s = a * lower(x)
         for i in range(x.shape[0]):
-            s += c * math.tanh(x[i]) * (i + 1.0)
+            s += c * math.cos(x[i]) * (i + 1.0)
         return s
 
     return (f0, f1, f2)[level]
@@ -228,7 +228,7 @@ class Model:
         if chain == "scalar":
             own = sum(c * math.cos(x * (i + 1.0)) for i in range(3))
         else:
-            own = c * np.arange(1.0, len(x) + 1.0) * (1.0 - np.tanh(x) ** 2)
+            own = -c * np.arange(1.0, len(x) + 1.0) * np.sin(x)
         if level == 0:
             return own
         return (1.0 + 0.25 * c) * self.derivative(level - 1, chain, x) + own
@@ -261,7 +261,7 @@ def untouched():
         def u0(x: nr.Real):
             s = 0.0
             for i in range(4):
-                s += math.exp(-x * i)
+                s += math.sin(x * i + 0.3)
             return s
 
         @nr.generic

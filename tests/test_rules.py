@@ -309,3 +309,46 @@ def test_explain_shows_method_and_how_each_call_is_differentiated():
     assert "untreated(::Float64)  [non-differentiable]" in text
     nr.opt_out(my_sum, nr.AbstractMatrix)
     assert "[opted out]" in str(nr.explain(loss, A, A32, 0.5))
+
+
+def test_a_rule_tangent_of_the_wrong_shape_is_an_error_not_a_broadcast():
+    my_sum = family()
+
+    @nr.rrule(my_sum, nr.AbstractMatrix)
+    def _(x):
+        n = x.shape[1]
+
+        def pb(dy):
+            return (np.full((1, n), dy),)      # broadcastable, but the wrong shape
+        return my_sum(x), pb
+
+    def caller(A):
+        return my_sum(A) * 2.0
+    with pytest.raises(ValueError, match="tangent 0 has the wrong shape"):
+        nr.grad(caller)(A)
+
+
+def test_rules_for_numpy_functions():
+    @nr.rrule(np.sum, nr.Vector[nr.Float64])
+    def _(x):
+        n = x.shape[0]
+
+        def pb(dy):
+            return (np.full(n, dy),)
+        return np.sum(x), pb
+
+    def f(x):
+        return np.sum(x) * 3.0
+    np.testing.assert_allclose(nr.grad(f)(np.arange(3.0)), np.full(3, 3.0))
+
+
+def test_rule_added_later_reaches_gradients_compiled_into_nr_jit_code():
+    my_sum = family()
+    g = nr.grad(my_sum)
+
+    @nr.jit
+    def step(A):
+        return A - 0.5 * g(A)
+    np.testing.assert_allclose(step(A), A - 0.5)
+    add_scaled_rule(my_sum, 4.0)
+    np.testing.assert_allclose(step(A), A - 2.0)

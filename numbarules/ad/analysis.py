@@ -90,11 +90,15 @@ def plan(fn, types, mask, classify):
             arg_mask = tuple(isinstance(a, ir.Name) and a.id in active for a in s.expr.args)
             calls[id(s.expr)] = classify(s.expr, arg_mask, s)
     callee_reads = lambda call: calls[id(call)].kind in ("scalar", "derived")   # noqa: E731
+    # Partials that take the primal result (exp, tanh, ...) read the call's own target.
+    result_reads = {s.target for s in stmts if isinstance(s, ir.Assign)
+                    and isinstance(s.expr, ir.Call) and id(s.expr) in calls
+                    and calls[id(s.expr)].with_result}
     recompute = _recomputable(fn.body, sites, types)
     recomputed = {id(s) for group in recompute.values() for s in group}
     tests = set()
     while True:
-        needed = _needed(stmts, active, recompute, callee_reads, tests)
+        needed = _needed(stmts, active, recompute, callee_reads, tests | result_reads)
         pushes = _pushes(stmts, sites, needed, recomputed, in_loop, alias)
         relevant = _reverse_relevant(fn.body, active, pushes)
         # Branch tests matter only where the reverse pass replays the branch.

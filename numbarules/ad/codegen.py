@@ -32,6 +32,7 @@ class CallPlan:
     name: str = ""             # namespace name of the partials function or the callee's vjp
     mask: tuple = ()           # derived: which arguments carry tangents
     with_result: bool = False  # scalar: partials take the primal result as a last argument
+    checked: str = ""          # derived from a user's rule: its name, to check tangent shapes
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class _Names:
     def __init__(self, taken):
         self.taken = set(taken)
         self.adj = {}
+
+    def primal_of(self, adjoint):
+        return next(v for v, a in self.adj.items() if a == adjoint)
 
     def d(self, v):
         name = self.adj.get(v)
@@ -347,6 +351,8 @@ class _Gen:
             field = self.field_source.get(v)
             if field is not None:
                 header.append(f"{d(v)} = {d(field[0])}[{field[1]}]")
+            elif v in self.forwarded:
+                continue        # assigned by its single reader
             elif plan.alias_of.get(v, v) == v:
                 header.append(f"{d(v)} = _np.zeros_like({v})")
                 reads.add(v)
@@ -451,7 +457,11 @@ class _Gen:
     def stmt_rev(self, s, out):
         self.stmt_rev_body(s, out)
         for name in sorted(out.fresh):   # the reader made no contribution: it is zero
-            out.add(f"{name} = 0.0")
+            var = self.names.primal_of(name)
+            zero = f"_np.zeros_like({var})" if is_float_array(self.types.get(var)) else "0.0"
+            if zero != "0.0":
+                out.read(var)
+            out.add(f"{name} = {zero}")
         out.fresh = set()
 
     def stmt_rev_body(self, s, out):
@@ -565,7 +575,8 @@ class _Gen:
                 if act(a):
                     out.add(f"{d(a.id)} += {g}[{k}]")
         elif isinstance(e, ir.BinOp):
-            for line in _binop_adjoint(e.op, e.a, e.b, act, d, src, g, s.target):
+            for line in _binop_adjoint(e.op, e.a, e.b, act, src, g,
+                                       self.accumulator(t, d, src), self.rank):
                 out.add(line)
         elif isinstance(e, ir.UnaryOp):
             if act(e.a) and e.op == "-":
@@ -579,7 +590,9 @@ class _Gen:
                 out.add(f"{d(e.a.id)}[{idx}] += {g}")
         elif isinstance(e, ir.Attr):
             ts = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
-            if act(e.a) and is_float_struct(ts) and is_float(t):
+            if act(e.a) and is_float_array(ts) and e.attr == "T":
+                out.add(f"{d(e.a.id)} += {g}.T")
+            elif act(e.a) and is_float_struct(ts) and is_float(t):
                 k = ts.instance_class._fields.index(e.attr)
                 out.add(f"{d(e.a.id)} = {self.tangent_class(ts)}"
                         f"{_tuple_add(d(e.a.id), ts, g, only=k)}")
@@ -589,6 +602,27 @@ class _Gen:
                 out.add(f"{d(e.obj.id)} += {g}")
         elif isinstance(e, ir.Call):
             self.call_adjoint(s, e, out, act, src, g)
+
+    def rank(self, x):
+        t = self.types.get(x.id) if isinstance(x, ir.Name) else None
+        return t.ndim if is_float_array(t) or isinstance(t, nbt.Array) else 0
+
+    def accumulator(self, result_type, d, src):
+        """How a contribution reaches operand x of an operation whose result has
+        ``result_type``: summed over the axes NumPy broadcast x along, if any."""
+        def acc(x, sign, expr):
+            if is_float_array(result_type) and self.rank(x) == 0:
+                expr = f"_np.sum({expr})"
+            elif is_float_array(result_type) and self.rank(x) < result_type.ndim or (
+                    is_float_array(result_type) and self._may_broadcast(x)):
+                expr = f"_ub({expr}, {src(x)})"
+            return f"{d(x.id)} {sign}= {expr}"
+        return acc
+
+    def _may_broadcast(self, x):
+        # Same rank can still broadcast (a (1, n) row against (m, n)); _ub returns its input
+        # unchanged when the shapes agree, so it is only skipped for scalars.
+        return self.rank(x) > 0
 
     def call_adjoint(self, s, e, out, act, src, g):
         d = self.names.d
@@ -610,7 +644,11 @@ class _Gen:
             out.add(f"_p = {cp.name}({', '.join(args + extra)})")
             for k, a in enumerate(e.args):
                 if act(a):
-                    out.add(f"{d(a.id)} += {g} * _p[{k}]")
+                    if len(e.args) == 1:   # element-wise of one argument: same shape
+                        out.add(f"{d(a.id)} += {g} * _p[{k}]")
+                    else:
+                        out.add(self.accumulator(self.types.get(s.target), d, src)(
+                            a, "+", f"{g} * _p[{k}]"))
             return
         if cp.kind == "derived":
             # Checkpointing: re-run the callee's forward from its saved inputs, then its pullback
@@ -629,6 +667,11 @@ class _Gen:
                                      f"{d(a.id)}[{j}]" for j, ft in enumerate(ta)]
                             out.add(f"{d(a.id)} = {self.tangent_class(ta)}({', '.join(parts)})")
                     else:
+                        if cp.checked and is_float_array(ta):
+                            # A rule's tangent of the wrong shape could broadcast silently.
+                            out.add(f"if _r[{k}].shape != {src(a)}.shape:")
+                            out.add(f"    raise ValueError('{cp.checked}: tangent {k} has the "
+                                    f"wrong shape')")
                         out.add(f"{d(a.id)} += _r[{k}]")
             return
         raise AssertionError(cp.kind)
@@ -663,42 +706,70 @@ def _tuple_add(acc, t, g, only=None):
     return "(" + "".join(p + ", " for p in parts) + ")"
 
 
-def _binop_adjoint(op, a, b, act, d, src, g, target):
+def _binop_adjoint(op, a, b, act, src, g, acc, ndim):
+    """Lines for the adjoint of ``t = a <op> b``; ``acc(x, sign, expr)`` writes one contribution
+    (reduced to x's shape when NumPy broadcast it), ``ndim(x)`` is an operand's rank (0: scalar)."""
     lines = []
     if op == "+":
-        lines += [f"{d(x.id)} += {g}" for x in (a, b) if act(x)]
+        lines += [acc(x, "+", g) for x in (a, b) if act(x)]
     elif op == "-":
         if act(a):
-            lines.append(f"{d(a.id)} += {g}")
+            lines.append(acc(a, "+", g))
         if act(b):
-            lines.append(f"{d(b.id)} -= {g}")
+            lines.append(acc(b, "-", g))
     elif op == "*":
         if act(a):
-            lines.append(f"{d(a.id)} += {g} * {src(b)}")
+            lines.append(acc(a, "+", f"{g} * {src(b)}"))
         if act(b):
-            lines.append(f"{d(b.id)} += {g} * {src(a)}")
+            lines.append(acc(b, "+", f"{g} * {src(a)}"))
     elif op == "/":
         if act(a):
-            lines.append(f"{d(a.id)} += {g} / {src(b)}")
+            lines.append(acc(a, "+", f"{g} / {src(b)}"))
         if act(b):
-            lines.append(f"{d(b.id)} -= {g} * {src(a)} / ({src(b)} * {src(b)})")
+            lines.append(acc(b, "-", f"{g} * {src(a)} / ({src(b)} * {src(b)})"))
     elif op == "**":
         if act(a):
             if isinstance(b, ir.Const) and b.value == 2:
-                lines.append(f"{d(a.id)} += {g} * 2.0 * {src(a)}")
-            else:
+                lines.append(acc(a, "+", f"{g} * 2.0 * {src(a)}"))
+            elif ndim(b) == 0:
                 # b * a**(b-1), with the b == 0 case exact (0 * 0**-1 would be nan at a == 0)
-                lines.append(f"{d(a.id)} += {g} * ({src(b)} * {src(a)} ** ({src(b)} - 1) "
-                             f"if {src(b)} != 0 else 0.0)")
+                lines.append(acc(a, "+", f"{g} * ({src(b)} * {src(a)} ** ({src(b)} - 1) "
+                                         f"if {src(b)} != 0 else 0.0)"))
+            else:
+                lines.append(acc(a, "+", f"{g} * {src(b)} * {src(a)} ** ({src(b)} - 1)"))
         if act(b):
-            lines.append(f"{d(b.id)} += {g} * {src(a)} ** {src(b)} * _math.log({src(a)})")
+            log = "_math.log" if ndim(a) == 0 else "_np.log"
+            lines.append(acc(b, "+", f"{g} * {src(a)} ** {src(b)} * {log}({src(a)})"))
     elif op == "%":
         if act(a):
-            lines.append(f"{d(a.id)} += {g}")
+            lines.append(acc(a, "+", g))
         if act(b):
-            lines.append(f"{d(b.id)} -= {g} * _math.floor({src(a)} / {src(b)})")
+            floor = "_math.floor" if ndim(a) == 0 and ndim(b) == 0 else "_np.floor"
+            lines.append(acc(b, "-", f"{g} * {floor}({src(a)} / {src(b)})"))
+    elif op == "@":
+        lines += _matmul_adjoint(a, b, act, src, g, acc, ndim)
     elif op == "//":
         pass   # piecewise constant: zero almost everywhere
+    return lines
+
+
+def _matmul_adjoint(a, b, act, src, g, acc, ndim):
+    """C = A @ B: dA = dC @ B^T, dB = A^T @ dC, spelled out per rank (vectors have no .T)."""
+    na, nb = ndim(a), ndim(b)
+    A, B = src(a), src(b)
+    if na == 2 and nb == 2:
+        da, db = f"{g} @ {B}.T", f"{A}.T @ {g}"
+    elif na == 2 and nb == 1:
+        da, db = f"_np.outer({g}, {B})", f"{A}.T @ {g}"
+    elif na == 1 and nb == 2:
+        da, db = f"{B} @ {g}", f"_np.outer({A}, {g})"
+    else:
+        da, db = f"{g} * {B}", f"{g} * {A}"
+    lines = []
+    if act(a):
+        lines.append(acc(a, "+", da))
+    if act(b):
+        lines.append(acc(b, "+", db))
     return lines
 
 
@@ -731,9 +802,14 @@ def _forwardable(fn, types, plan):
                 visit(s.body, id(s.body))
 
     visit(fn.body, id(fn.body))
+    aliased = set(plan.alias_of) | set(plan.alias_of.values())
     names, by_reader = set(), {}
     for v, rs in readers.items():
-        if v not in plan.active or v in fn.params or not is_float(types.get(v)):
+        t = types.get(v)
+        # Arrays too (a temporary array's adjoint assigned, not zeros plus an add), unless it
+        # shares its adjoint with an alias.
+        if v not in plan.active or v in fn.params or not (
+                is_float(t) or is_float_array(t) and v not in aliased):
             continue
         unique = {id(r): r for r in rs}
         if len(unique) != 1 or len(sites.get(v, ())) != 1:

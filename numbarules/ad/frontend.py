@@ -21,11 +21,14 @@ import inspect
 import itertools
 import textwrap
 
+import numpy as np
+
 from ..errors import UnsupportedSyntaxError
 from . import ir
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
-           ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}
+           ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
+           ast.MatMult: "@"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _UNOPS = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not"}
 
@@ -79,13 +82,23 @@ _MISSING = object()
 
 
 def _find_function(tree, func):
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func.__name__:
-            return node
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Lambda):
-            return node
-    raise UnsupportedSyntaxError(f"cannot find the definition of {func.__qualname__} in its source")
+    """The def (or lambda) of ``func`` in its source: by name, else by first line; never a guess."""
+    defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    named = [n for n in defs if n.name == func.__name__]
+    if len(named) == 1:
+        return named[0]
+    first = lambda n: min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])])  # noqa: E731
+    top = [n for n in defs if first(n) == 1]
+    if len(named) > 1 or (not named and len(top) == 1):
+        by_line = [n for n in (named or top) if first(n) == 1]
+        if len(by_line) == 1:
+            return by_line[0]
+    lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == 1]
+    if func.__name__ == "<lambda>" and len(lambdas) == 1:
+        return lambdas[0]
+    raise UnsupportedSyntaxError(
+        f"cannot tell which definition in the source of {func.__qualname__} is the function "
+        f"(it may be renamed, or share its line with another lambda); define it with def")
 
 
 class _Loop:
@@ -570,6 +583,11 @@ class _Normalizer:
             args = tuple(self.expr(a) for a in e.args)
             if e.keywords:
                 raise self.src.error(e, f"keyword arguments to .{fn.attr}()", _HINT_EXPR)
+            if fn.attr in _ARRAY_METHODS:
+                # x.sum() is np.sum(x): one rule serves both spellings
+                func = _ARRAY_METHODS[fn.attr]
+                self.namespace["_np"] = np
+                return self.emit(ir.Call(func, f"_np.{func.__name__}", (obj,) + args), line)
             return self.emit(ir.MethodCall(obj, fn.attr, args), line)
         dotted = _dotted(fn)
         if dotted is None or dotted.split(".")[0] in self.locals:
@@ -593,11 +611,37 @@ class _Normalizer:
         kwargs = tuple((k.arg, self.expr(k.value)) for k in e.keywords)
         if any(k is None for k, _ in kwargs):
             raise self.src.error(e, "a call with **kwargs", _HINT_EXPR)
+        if value is np.dot and len(args) == 2 and not kwargs:
+            return self.emit(ir.BinOp("@", args[0], args[1]), line)
+        args, kwargs = _positional(value, args, kwargs)
         return self.emit(ir.Call(value, fname, args, kwargs), line)
 
     def check_local(self, node):
         if node.id not in self.locals:
             raise self.src.error(node, f"assigning the global '{node.id}'", "")
+
+
+_ARRAY_METHODS = {"sum": np.sum, "mean": np.mean}
+
+
+def _positional(func, args, kwargs):
+    """Keyword arguments moved into their positions where the signature allows (np.sum(x,
+    axis=0) -> np.sum(x, 0)), so rules, which match positional types, see them."""
+    if not kwargs:
+        return args, kwargs
+    try:
+        params = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return args, kwargs
+    names = dict(kwargs)
+    out = list(args)
+    for p in params[len(args):]:
+        if p not in names:
+            break
+        out.append(names.pop(p))
+    if names:
+        return args, kwargs
+    return tuple(out), ()
 
 
 def _alias(dotted):

@@ -2,6 +2,8 @@
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 
 @numba.njit(inline="always")
@@ -36,3 +38,45 @@ def _iadd(acc, x):
 
 
 HELPERS = {"_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd, "_np": np}
+
+
+def _ub(x, like):
+    """``x`` reduced to the shape of ``like``: the adjoint of NumPy broadcasting ``like`` up to
+    ``x``'s shape (sums over the axes that were broadcast). Compiled through ``overload``."""
+    raise NotImplementedError("compiled code only")
+
+
+@overload(_ub)
+def _ub_impl(x, like):
+    if isinstance(like, (types.Float, types.Integer)):
+        return lambda x, like: np.sum(x)
+    if not (isinstance(like, types.Array) and isinstance(x, types.Array)):
+        return None
+    if x.ndim == like.ndim == 1:
+        def same_rank_1(x, like):
+            if x.shape[0] == like.shape[0]:
+                return x
+            return np.full(like.shape, np.sum(x))
+        return same_rank_1
+    if x.ndim == 2 and like.ndim == 2:
+        def same_rank_2(x, like):
+            if x.shape[0] == like.shape[0] and x.shape[1] == like.shape[1]:
+                return x
+            out = np.zeros(like.shape, x.dtype)
+            for i in range(x.shape[0]):
+                for j in range(x.shape[1]):
+                    out[i if like.shape[0] > 1 else 0, j if like.shape[1] > 1 else 0] += x[i, j]
+            return out
+        return same_rank_2
+    if x.ndim == 2 and like.ndim == 1:
+        def row_broadcast(x, like):
+            out = np.zeros(like.shape, x.dtype)
+            for i in range(x.shape[0]):
+                for j in range(x.shape[1]):
+                    out[j if like.shape[0] > 1 else 0] += x[i, j]
+            return out
+        return row_broadcast
+    return None
+
+
+HELPERS["_ub"] = _ub

@@ -1,3 +1,3 @@
-"""Derivative rules for Python's math functions and builtins, written with the public rule API."""
+"""Derivative rules for math, the numeric builtins and NumPy, written with the public rule API."""
 
-from . import scalar  # noqa: F401 - registers the rules
+from . import numpy, scalar  # noqa: F401 - registers the rules

@@ -1,0 +1,110 @@
+"""The NumPy rule library, checked against finite differences on hypothesis-drawn shapes."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import numbarules as nr
+from numbarules.testing import check_grad
+
+elements = st.floats(min_value=-2.0, max_value=2.0, allow_nan=False, allow_infinity=False)
+positive = st.floats(min_value=0.2, max_value=2.0, allow_nan=False, allow_infinity=False)
+
+
+def arrays(shape, el=elements):
+    n = int(np.prod(shape))
+    return st.lists(el, min_size=n, max_size=n).map(lambda v: np.array(v).reshape(shape))
+
+
+dims = st.integers(1, 4)
+
+
+@st.composite
+def broadcast_pair(draw):
+    """(A, B) of broadcastable shapes: scalar, row, column, vector or equal."""
+    m, n = draw(dims), draw(dims)
+    kind = draw(st.sampled_from(["scalar", "row", "column", "vector", "same"]))
+    A = draw(arrays((m, n)))
+    if kind == "scalar":
+        return A, draw(elements)
+    shape = {"row": (1, n), "column": (m, 1), "vector": (n,), "same": (m, n)}[kind]
+    return A, draw(arrays(shape))
+
+
+def bc_add(A, B):
+    return np.sum((A + B) * (A - B) * A + B / 3.0)
+
+
+def bc_mul_div(A, B):
+    return np.sum(A * B - A / (B * B + 1.0))
+
+
+def ufuncs(A):
+    return np.sum(np.exp(A) * np.sin(A) + np.tanh(A) * np.cos(A) - np.log1p(A * A)
+                  + np.abs(A) * 0.5 + np.expm1(A * 0.1))
+
+
+def positive_ufuncs(A):
+    return np.sum(np.sqrt(A) + np.log(A) * np.power(A, 1.5) + np.tan(A * 0.3))
+
+
+def reductions(A):
+    return np.sum(np.sum(A, axis=0) ** 2) + np.sum(A, 1) @ np.sum(A, 1) + np.mean(A) * A.sum()
+
+
+def matmuls(A, x):
+    y = A @ x
+    B = A.T @ A
+    return np.sum(y * y) + np.sum(B @ B) * 0.1 + x @ x + np.sum(np.outer(y, x))
+
+
+def elementwise_choice(A, B):
+    return np.sum(np.maximum(A, B) * 2.0 - np.minimum(A, B) + np.where(A > B, A * B, B))
+
+
+@settings(max_examples=10, deadline=None)
+@given(broadcast_pair(), st.sampled_from([bc_add, bc_mul_div]))
+def test_broadcasting_arithmetic(pair, f):
+    A, B = pair
+    check_grad(f, A, B)
+
+
+@settings(max_examples=8, deadline=None)
+@given(dims.flatmap(lambda m: dims.flatmap(lambda n: arrays((m, n)))))
+def test_ufuncs_and_reductions(A):
+    if np.min(np.abs(A)) > 1e-3:          # abs has a kink at 0
+        check_grad(ufuncs, A)
+    check_grad(reductions, A)
+
+
+@settings(max_examples=8, deadline=None)
+@given(dims.flatmap(lambda m: dims.flatmap(lambda n: arrays((m, n), positive))))
+def test_ufuncs_on_positive_values(A):
+    check_grad(positive_ufuncs, A)
+
+
+@settings(max_examples=8, deadline=None)
+@given(dims.flatmap(lambda m: dims.flatmap(lambda n: st.tuples(arrays((m, n)), arrays((n,))))))
+def test_matrix_products(pair):
+    check_grad(matmuls, *pair)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 5).flatmap(lambda n: st.tuples(arrays((n,)), arrays((n,)))))
+def test_elementwise_choice(pair):
+    A, B = pair
+    if np.min(np.abs(A - B)) < 1e-3:      # ties are kinks
+        return
+    check_grad(elementwise_choice, A, B)
+
+
+def test_numpy_function_without_rule_is_named():
+    def f(x):
+        return np.sum(np.cumprod(x))
+    with pytest.raises(nr.DifferentiationError, match="numpy.cumprod"):
+        nr.grad(f)(np.ones(3))
+
+
+def test_method_spelling_sum_is_the_same_rule():
+    def f(A):
+        return (A * A).sum() + A.mean()
+    check_grad(f, np.arange(6.0).reshape(2, 3))
