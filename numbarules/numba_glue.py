@@ -70,7 +70,11 @@ class _CallTemplate(AbstractTemplate):
         frame = self.context.callstack.match(disp.py_func, args)
         if frame is not None:
             return self._recursive(disp, frame, args)
-        sig = types.Dispatcher(disp).get_call_type(self.context, args, {})
+        try:
+            sig = types.Dispatcher(disp).get_call_type(self.context, args, {})
+        except NumbaError:
+            forget_failures(disp)
+            raise
         type(self)._chosen[sig.args] = disp
         return sig
 
@@ -271,6 +275,7 @@ class Dispatcher(CPUDispatcher):
             try:
                 return super()._compile_for_args(*args, **kws)
             except NumbaError as exc:
+                forget_failures(self)
                 better = self.on_error(self, args, exc) if self.on_error else None
                 if better is None:
                     raise
@@ -316,7 +321,19 @@ def being_typed(context, dispatcher, argtypes):
 
 def compile_for(dispatcher, argtypes):
     """Compile ``dispatcher`` for ``argtypes`` (a no-op if it already has them)."""
-    return dispatcher.compile(tuple(argtypes))
+    try:
+        return dispatcher.compile(tuple(argtypes))
+    except NumbaError:
+        forget_failures(dispatcher)
+        raise
+
+
+def forget_failures(dispatcher):
+    """Numba remembers failed compiles per argument types and replays the error; ours may
+    succeed next time (a method or rule was added since), so they are not remembered."""
+    failed = getattr(getattr(dispatcher, "_compiler", None), "_failed_cache", None)
+    if failed is not None:
+        failed.clear()
 
 
 def has_overload(dispatcher, argtypes):

@@ -35,3 +35,10 @@ def test_method_rules_example_runs():
                           text=True, check=True)
     assert "rule for D: None (the Diagonal method is differentiated)" in proc.stdout
     assert "[rule]" in proc.stdout and "vsum(::Vector[Float64])  [derived]" in proc.stdout
+
+
+def test_train_logistic_example_runs_compiled_training():
+    proc = subprocess.run([sys.executable, "examples/train_logistic.py"], capture_output=True,
+                          text=True, check=True)
+    accuracy = float(proc.stdout.split("training accuracy")[1].split()[0].rstrip(","))
+    assert accuracy > 0.85

@@ -196,3 +196,22 @@ def test_recursion_through_generic_functions():
     def poly(x):
         return power(x, 3) + power(x, 2)
     assert poly(2.0) == 12.0
+
+
+def test_a_failed_compile_is_not_remembered_once_the_method_is_fixed():
+    @nr.generic
+    def fragile(x: nr.Float64):
+        return x.no_such_attribute
+
+    @nr.jit
+    def calls_fragile(x):
+        return fragile(x) * 2.0
+    for call in (fragile, calls_fragile):
+        with pytest.raises(nr.CompilationError):
+            call(1.0)
+
+    @fragile.method
+    def fragile(x: nr.Float64):       # replaces the broken body
+        return x + 1.0
+    assert fragile(1.0) == 2.0
+    assert calls_fragile(1.0) == 4.0

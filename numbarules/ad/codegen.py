@@ -817,6 +817,10 @@ def _forwardable(fn, types, plan):
         reader = next(iter(unique.values()))
         if block[id(reader)] != block[id(sites[v][0])] or not isinstance(reader, (ir.Assign, ir.Store)):
             continue
+        if is_float_array(t) and not (isinstance(reader, ir.Assign)
+                                      and not isinstance(reader.expr, ir.Index)
+                                      and not isinstance(sites[v][0].expr, ir.Attr)):
+            continue      # element-wise contributions (d[i] += g) accumulate; field aliases too
         names.add(v)
         by_reader.setdefault(id(reader), set()).add(v)
     return names, by_reader
