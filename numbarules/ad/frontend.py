@@ -275,9 +275,16 @@ class _Normalizer:
         raise self.src.error(s, "augmented assignment to this target", _HINT_STMT)
 
     def assign_expr(self, name, value, line):
-        # The final operation is computed into a temporary, then copied: a statement never reads
-        # the variable it overwrites, which keeps each adjoint template free of aliasing.
+        # The final operation is assigned to the variable directly, unless it reads the variable
+        # it overwrites (s = s + t): then it goes to a temporary that is copied, so that no
+        # statement reads its own target and each adjoint template stays free of aliasing.
         atom = self.expr(value)
+        last = self.out[-1] if self.out else None
+        if (isinstance(atom, ir.Name) and isinstance(last, ir.Assign) and last.target == atom.id
+                and atom.id.startswith("_t") and atom.id not in self.rebound
+                and name not in {a.id for a in last.expr.atoms() if isinstance(a, ir.Name)}):
+            self.out[-1] = ir.Assign(name, last.expr, last.line)
+            return
         self.out.append(ir.Assign(name, ir.Atom(atom), line))
 
     def assign_target(self, target, value, line):

@@ -1,0 +1,149 @@
+"""Array programs: numbarules' value_and_grad against hand-written adjoints (and JAX / PyTorch when
+installed), all measured in the same run. Target: within 1.5x of the fastest.
+
+- row-wise logsumexp over a 2000 x 2000 matrix, written with loops;
+- a two-layer MLP loss, X 4096x256, W1 256x256, W2 256x1, tanh, mean squared output, written with
+  whole-array NumPy, gradient with respect to both weights.
+
+Run: python perf/bench_arrays.py [--quick]
+"""
+
+import argparse
+import math
+import time
+
+import numba
+import numpy as np
+
+import numbarules as nr
+
+
+def lse_rows(X):
+    s = 0.0
+    for i in range(X.shape[0]):
+        m = X[i, 0]
+        for j in range(1, X.shape[1]):
+            m = max(m, X[i, j])
+        t = 0.0
+        for j in range(X.shape[1]):
+            t += math.exp(X[i, j] - m)
+        s += m + math.log(t)
+    return s
+
+
+@numba.njit
+def lse_rows_adjoint(X):
+    # the softmax of each row is the gradient of its logsumexp
+    n, d = X.shape
+    g = np.empty_like(X)
+    s = 0.0
+    for i in range(n):
+        m = X[i, 0]
+        for j in range(1, d):
+            m = max(m, X[i, j])
+        t = 0.0
+        for j in range(d):
+            e = math.exp(X[i, j] - m)
+            g[i, j] = e
+            t += e
+        s += m + math.log(t)
+        for j in range(d):
+            g[i, j] /= t
+    return s, g
+
+
+def mlp(X, W1, W2):
+    H = np.tanh(X @ W1)
+    out = H @ W2
+    return np.mean(out ** 2)
+
+
+def mlp_adjoint(X, W1, W2):
+    H = np.tanh(X @ W1)
+    out = H @ W2
+    n = out.size
+    dout = 2.0 * out / n
+    dW2 = H.T @ dout
+    dH = dout @ W2.T
+    dW1 = X.T @ (dH * (1.0 - H * H))
+    return np.mean(out ** 2), (dW1, dW2)
+
+
+def _time(fn, args, repeat):
+    fn(*args)
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _peers(name, args):
+    """JAX and PyTorch versions where installed: {label: callable} and notes for the absent."""
+    peers, notes = {}, []
+    try:
+        import jax
+        import jax.numpy as jnp
+        jax.config.update("jax_enable_x64", True)
+        if name == "mlp":
+            f = jax.jit(jax.value_and_grad(
+                lambda X, W1, W2: jnp.mean((jnp.tanh(X @ W1) @ W2) ** 2), argnums=(1, 2)))
+        else:
+            f = jax.jit(jax.value_and_grad(
+                lambda X: jnp.sum(jax.scipy.special.logsumexp(X, axis=1))))
+        peers["jax.jit(value_and_grad)"] = lambda *a: jax.block_until_ready(f(*a))
+    except ImportError:
+        notes.append("jax not installed: skipped")
+    try:
+        import torch
+
+        def run_torch(*a):
+            ts = [torch.tensor(x, requires_grad=(k > 0 or name != "mlp")) for k, x in enumerate(a)]
+            if name == "mlp":
+                y = torch.mean((torch.tanh(ts[0] @ ts[1]) @ ts[2]) ** 2)
+            else:
+                y = torch.sum(torch.logsumexp(ts[0], dim=1))
+            y.backward()
+            return y
+        peers["torch autograd"] = run_torch
+    except ImportError:
+        notes.append("torch not installed: skipped")
+    return peers, notes
+
+
+def run(quick=False, out=print):
+    rng = np.random.default_rng(0)
+    n_lse, (n, d, h) = (500, (1024, 128, 128)) if quick else (2000, (4096, 256, 256))
+    repeat = 3 if quick else 5
+    X = rng.normal(size=(n_lse, n_lse))
+    Xm, W1, W2 = rng.normal(size=(n, d)), rng.normal(size=(d, h)) * 0.1, rng.normal(size=(h, 1))
+    cases = [("logsumexp rows", "lse", (X,), nr.value_and_grad(lse_rows), lse_rows_adjoint),
+             ("two-layer MLP", "mlp", (Xm, W1, W2), nr.value_and_grad(mlp, argnums=(1, 2)),
+              mlp_adjoint)]
+    rows = []
+    for label, name, args, ours, hand in cases:
+        v1, g1 = ours(*args)
+        v2, g2 = hand(*args)
+        for a, b in zip(g1 if isinstance(g1, tuple) else (g1,), g2 if isinstance(g2, tuple) else (g2,)):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+        peers, notes = _peers(name, args)
+        times = {"numbarules": _time(ours, args, repeat), "hand-written": _time(hand, args, repeat)}
+        for peer, fn in peers.items():
+            times[peer] = _time(fn, args, repeat)
+        fastest = min(v for k, v in times.items() if k != "numbarules")
+        rows.append({"case": label, "times": times, "ratio": times["numbarules"] / fastest,
+                     "notes": notes})
+    for row in rows:
+        cols = "  ".join(f"{k} {v * 1e3:.2f} ms" for k, v in row["times"].items())
+        out(f"{row['case']:16s} {cols}  numbarules / fastest other {row['ratio']:.2f}")
+        for note in row["notes"]:
+            out(f"{'':16s} ({note})")
+    out("target: numbarules within 1.5x of the fastest")
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    run(parser.parse_args().quick)
