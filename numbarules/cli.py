@@ -1,22 +1,88 @@
-"""The ``numbarules`` command line."""
+"""The ``numbarules`` command line: ``demo`` and ``explain``."""
 
 import argparse
+import importlib
+import re
 import sys
 
-from . import demo
+import numpy as np
+
+from . import api, demo, lattice
+from .errors import NumbarulesError
+
+_SCALARS = {"float64": np.float64, "float32": np.float32, "int64": np.int64, "int32": np.int32,
+            "bool": np.bool_, "float": np.float64, "int": np.int64}
+
+
+def parse_type(text):
+    """A value standing for a type written as ``float64``, ``float64[:, :]`` or ``module:Struct``.
+
+    ``nr.explain`` works on values; the values made here are small placeholders of that type
+    (arrays of 2 elements per axis, structs built from placeholders of their field types).
+    """
+    text = text.strip()
+    m = re.fullmatch(r"(\w+)\s*(\[[\s:,]*\])?", text)
+    if m and m.group(1) in _SCALARS:
+        dtype = _SCALARS[m.group(1)]
+        if m.group(2) is None:
+            return dtype(1)
+        ndim = m.group(2).count(":")
+        return np.ones((2,) * ndim, dtype=dtype)
+    if re.fullmatch(r"[\w.]+:\w+", text):
+        module, _, name = text.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        fields = getattr(cls, "_nr_fields", None)
+        if fields is None:
+            raise ValueError(f"{text} is not a @nr.struct class")
+        return cls(*(_placeholder(t) for t in fields.values()))
+    raise ValueError(f"cannot read the type {text!r}: write float64, float64[:, :], int64, "
+                     f"float32[:] or module:StructName")
+
+
+def _placeholder(t):
+    if t is None or t in (lattice.Float64, lattice.AbstractFloat, lattice.Real, lattice.Number):
+        return 1.0
+    if t in (lattice.Int64, lattice.Integer, lattice.Signed):
+        return 1
+    if lattice.isarray(t):
+        el = t.eltype.numpy_type if lattice.isconcrete(t.eltype) else np.float64
+        return np.ones((2,) * (t.ndim if t.ndim is not None else 1), dtype=el)
+    if lattice.isconcrete(t) and hasattr(t, "numpy_type"):
+        return t.numpy_type(1)
+    raise ValueError(f"no placeholder value for a field of type {t!r}")
+
+
+def explain(target, types, out=print):
+    module, _, name = target.partition(":")
+    if not name:
+        raise ValueError("write the function as MODULE:FUNCTION")
+    sys.path.insert(0, ".")
+    f = getattr(importlib.import_module(module), name)
+    out(str(api.explain(f, *(parse_type(t) for t in types))))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="numbarules", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="the method-rule story end to end, in seconds")
+    ex = sub.add_parser("explain", help="the call tree of differentiating MODULE:FUNCTION at "
+                                        "the given types")
+    ex.add_argument("function", help="MODULE:FUNCTION")
+    ex.add_argument("types", nargs="*", help="float64, float64[:, :], int64, module:StructName")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo.run()
         print()
         demo.rules_story()
+    elif args.command == "explain":
+        try:
+            explain(args.function, args.types)
+        except (NumbarulesError, ValueError, ImportError, AttributeError) as exc:
+            print(f"numbarules explain: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -42,3 +42,16 @@ def test_train_logistic_example_runs_compiled_training():
                           text=True, check=True)
     accuracy = float(proc.stdout.split("training accuracy")[1].split()[0].rstrip(","))
     assert accuracy > 0.85
+
+
+def test_explain_from_the_command_line(capsys):
+    code = cli.main(["explain", "cli_target:loss", "float64[:, :]", "cli_target:Diagonal"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.splitlines()[0].startswith("loss(::Matrix[Float64], ::Diagonal)  [derived]")
+    assert "my_sum(::Diagonal) -> my_sum(x::Diagonal)  [derived]" in out
+
+
+def test_explain_reports_bad_types(capsys):
+    assert cli.main(["explain", "cli_target:loss", "complex[:]"]) == 2
+    assert "cannot read the type 'complex[:]'" in capsys.readouterr().err
