@@ -165,7 +165,6 @@ def test_clear_cache_resets_counters_and_recompiles_lazily():
     assert info["compiles"] == 0 and info["hits"] == 0 and info["specializations"] == 0
     assert top(3.0) == 108.0
     assert nr.cache_info()["compiles"] >= 3
-    assert nr.cache_info()["hits"] >= 0
 
 
 def test_concurrent_calls_while_methods_are_added():

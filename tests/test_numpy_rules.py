@@ -108,3 +108,17 @@ def test_method_spelling_sum_is_the_same_rule():
     def f(A):
         return (A * A).sum() + A.mean()
     check_grad(f, np.arange(6.0).reshape(2, 3))
+
+
+def test_unbroadcast_helper_python_and_compiled_agree():
+    import numba
+    from numbarules.ad.runtime import _ub
+
+    @numba.njit
+    def compiled(x, like):
+        return _ub(x, like)
+
+    g = np.arange(12.0).reshape(3, 4)
+    for like in (np.ones((3, 4)), np.ones((1, 4)), np.ones((3, 1)), np.ones(4), 2.0):
+        np.testing.assert_allclose(np.asarray(compiled(g, like)), np.asarray(_ub(g, like)))
+        assert np.shape(_ub(g, like)) == np.shape(like)

@@ -42,8 +42,16 @@ HELPERS = {"_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
 
 def _ub(x, like):
     """``x`` reduced to the shape of ``like``: the adjoint of NumPy broadcasting ``like`` up to
-    ``x``'s shape (sums over the axes that were broadcast). Compiled through ``overload``."""
-    raise NotImplementedError("compiled code only")
+    ``x``'s shape (sums over the axes that were broadcast). This is the Python meaning; compiled
+    code uses the ``overload`` below."""
+    if np.ndim(like) == 0:
+        return np.sum(x)
+    while x.ndim > np.ndim(like):
+        x = x.sum(axis=0)
+    for k, n in enumerate(np.shape(like)):
+        if n == 1 and x.shape[k] != 1:
+            x = x.sum(axis=k, keepdims=True)
+    return x
 
 
 @overload(_ub)
