@@ -122,3 +122,24 @@ def test_unbroadcast_helper_python_and_compiled_agree():
     for like in (np.ones((3, 4)), np.ones((1, 4)), np.ones((3, 1)), np.ones(4), 2.0):
         np.testing.assert_allclose(np.asarray(compiled(g, like)), np.asarray(_ub(g, like)))
         assert np.shape(_ub(g, like)) == np.shape(like)
+
+
+def reductions_more(x):
+    return np.max(x) * 2.0 - np.min(x) + np.prod(x) + np.sum(np.cumsum(x) * x) \
+        + np.linalg.norm(x) + np.sum(np.clip(x, -0.5, 0.5) * x)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda n: arrays((n,))))
+def test_max_min_prod_cumsum_norm_clip(x):
+    spread = np.sort(x)
+    if len(x) > 1 and np.min(np.diff(spread)) < 1e-2:      # ties of max/min are kinks
+        return
+    if np.min(np.abs(np.abs(x) - 0.5)) < 1e-2 or np.linalg.norm(x) < 1e-2:   # clip and norm kinks
+        return
+    check_grad(reductions_more, x)
+
+
+def test_prod_with_a_zero_is_exact():
+    x = np.array([2.0, 0.0, 3.0])
+    np.testing.assert_allclose(nr.grad(lambda v: np.prod(v))(x), [0.0, 6.0, 0.0])

@@ -118,3 +118,69 @@ def _outer(a, b):
     def outer_pullback(dy):
         return (dy @ b, dy.T @ a)
     return np.outer(a, b), outer_pullback
+
+
+@rrule(np.max, Array[AbstractFloat])
+def _max(x):
+    shape = x.shape
+    k = np.argmax(x)       # ties: the first maximum takes the cotangent (as np.argmax picks it)
+
+    def max_pullback(dy):
+        dx = np.zeros(x.size)
+        dx[k] = dy
+        return (dx.reshape(shape),)
+    return np.max(x), max_pullback
+
+
+@rrule(np.min, Array[AbstractFloat])
+def _min(x):
+    shape = x.shape
+    k = np.argmin(x)
+
+    def min_pullback(dy):
+        dx = np.zeros(x.size)
+        dx[k] = dy
+        return (dx.reshape(shape),)
+    return np.min(x), min_pullback
+
+
+@rrule(np.prod, Vector[AbstractFloat])
+def _prod(x):
+    n = x.shape[0]
+
+    def prod_pullback(dy):
+        # d prod / d x[i] = product of the others: prefix times suffix products (no division,
+        # so zeros are exact)
+        dx = np.empty(n)
+        acc = 1.0
+        for i in range(n):
+            dx[i] = acc
+            acc *= x[i]
+        acc = 1.0
+        for i in range(n - 1, -1, -1):
+            dx[i] *= acc * dy
+            acc *= x[i]
+        return (dx,)
+    return np.prod(x), prod_pullback
+
+
+@rrule(np.cumsum, Vector[AbstractFloat])
+def _cumsum(x):
+    def cumsum_pullback(dy):
+        return (np.cumsum(dy[::-1])[::-1].copy(),)
+    return np.cumsum(x), cumsum_pullback
+
+
+@rrule(np.linalg.norm, Vector[AbstractFloat])
+def _norm(x):
+    r = np.linalg.norm(x)
+
+    def norm_pullback(dy):
+        return (x * (dy / r),)
+    return r, norm_pullback
+
+
+@scalar_rule(np.clip)
+def _clip(x, lo, hi):
+    inside = (x >= lo) * (x <= hi) * 1.0
+    return (inside, (x < lo) * 1.0, (x > hi) * 1.0)
