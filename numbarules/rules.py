@@ -197,12 +197,3 @@ def non_differentiable(f, *types):
     sig = tuple(as_lattice(t) for t in types) if types else None
     return register(Rule("non_differentiable", f, sig, None, False, caller.filename,
                          caller.lineno))
-
-
-def scalar_rule_for(f):
-    """The untyped scalar rule registered for ``f``, or None (the built-in math rules)."""
-    try:
-        entries = _RULES.get(f, ())
-    except TypeError:
-        return None
-    return next((r for r in reversed(entries) if r.kind == "scalar" and r.signature is None), None)

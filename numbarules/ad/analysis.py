@@ -61,9 +61,7 @@ class Plan:
     needed: frozenset          # variable names whose primal values the reverse pass reads
     pushes: frozenset          # id() of statements before which the target's old value is saved
     recompute: dict            # loop id -> tuple of statements re-executed in reverse
-    array_vars: frozenset      # active array variables
     alias_of: dict             # array variable -> representative of its alias class
-    loops: dict                # id() of statement -> innermost enclosing loop id (0: none)
     in_loop: frozenset         # id() of statements inside some loop
     reverse_relevant: frozenset  # id() of statements the reverse pass must visit
 
@@ -71,7 +69,7 @@ class Plan:
 def plan(fn, types, mask, classify):
     """``classify(call, arg_mask)`` -> CallPlan for each call whose result is active."""
     stmts = list(ir.walk(fn.body))
-    loops, in_loop = _loop_map(fn.body)
+    in_loop = _in_loop(fn.body)
     sites = {}
     for s in stmts:
         tgt = _target(s)
@@ -82,7 +80,6 @@ def plan(fn, types, mask, classify):
             sites.setdefault(s.var, []).append(s)
     alias = _alias_classes(stmts, types)
     active = _activity(fn, stmts, types, mask, alias)
-    arrays = frozenset(v for v in active if is_float_array(types.get(v)))
     _check_arrays(fn, stmts, types, active, sites, in_loop)
     calls = {}
     for s in stmts:
@@ -108,7 +105,7 @@ def plan(fn, types, mask, classify):
             break
         tests |= more
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
-                {k: tuple(v) for k, v in recompute.items()}, arrays, alias, loops,
+                {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant))
 
 
@@ -118,22 +115,21 @@ def _target(s):
     return None
 
 
-def _loop_map(body, current=0, out=None, inside=None):
-    out = {} if out is None else out
-    inside = set() if inside is None else inside
+def _in_loop(body, inside=False, out=None):
+    """id() of every statement that some loop encloses."""
+    out = set() if out is None else out
     for s in body:
-        out[id(s)] = current
-        if current:
-            inside.add(id(s))
+        if inside:
+            out.add(id(s))
         if isinstance(s, ir.If):
-            _loop_map(s.body, current, out, inside)
-            _loop_map(s.orelse, current, out, inside)
+            _in_loop(s.body, inside, out)
+            _in_loop(s.orelse, inside, out)
         elif isinstance(s, ir.For):
-            _loop_map(s.body, s.id, out, inside)
+            _in_loop(s.body, True, out)
         elif isinstance(s, ir.While):
-            _loop_map(s.cond, s.id, out, inside)
-            _loop_map(s.body, s.id, out, inside)
-    return out, inside
+            _in_loop(s.cond, True, out)
+            _in_loop(s.body, True, out)
+    return out
 
 
 def _alias_classes(stmts, types):

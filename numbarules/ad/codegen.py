@@ -611,18 +611,13 @@ class _Gen:
         """How a contribution reaches operand x of an operation whose result has
         ``result_type``: summed over the axes NumPy broadcast x along, if any."""
         def acc(x, sign, expr):
-            if is_float_array(result_type) and self.rank(x) == 0:
-                expr = f"_np.sum({expr})"
-            elif is_float_array(result_type) and self.rank(x) < result_type.ndim or (
-                    is_float_array(result_type) and self._may_broadcast(x)):
-                expr = f"_ub({expr}, {src(x)})"
+            if is_float_array(result_type):
+                # A scalar operand was broadcast everywhere; an array one may have been too,
+                # even at the same rank (a (1, n) row against (m, n)): _ub returns its input
+                # unchanged when the shapes agree.
+                expr = f"_np.sum({expr})" if self.rank(x) == 0 else f"_ub({expr}, {src(x)})"
             return f"{d(x.id)} {sign}= {expr}"
         return acc
-
-    def _may_broadcast(self, x):
-        # Same rank can still broadcast (a (1, n) row against (m, n)); _ub returns its input
-        # unchanged when the shapes agree, so it is only skipped for scalars.
-        return self.rank(x) > 0
 
     def call_adjoint(self, s, e, out, act, src, g):
         d = self.names.d
