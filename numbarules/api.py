@@ -44,6 +44,9 @@ class Gradient:
     def __repr__(self):
         return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"
 
+    def _nr_fingerprint(self):
+        return ("gradient", self.f, self.argnums, self.with_value)
+
     def __call__(self, *args):
         cache.install_entry(self, _arities(self.f), lambda a: None)
         return type(self).__call__(*args)
@@ -83,9 +86,10 @@ class Gradient:
         src = (f"def {self.__name__}({params}):\n"
                f"    _r = _vjp({params}{', ' if params else ''}_seed)\n"
                f"    return {result}\n")
-        ns = {"_vjp": spec.vjp, "_seed": _one(spec.return_type)}
+        ns = {"_vjp": spec.vjp, "_seed": _one(spec.return_type), "__name__": cache.GENERATED}
         exec(compile(src, f"<numbarules {self.__qualname__}>", "exec"), ns)  # noqa: S102
-        disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,))
+        disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,),
+                           persist=("driver", self))
         self._drivers[argtypes] = (disp, node)
         return disp
 

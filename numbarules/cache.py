@@ -29,9 +29,11 @@ Truth table for one recorded decision (f, T -> d) after a change to f's methods 
 
 import collections
 import inspect
+import os
+import sys
 import weakref
 
-from . import dispatch, numba_glue, rules
+from . import diskcache, dispatch, numba_glue, rules
 from .dispatch import GenericFunction
 from .errors import CompilationError, DispatchError, RuleError
 from .lattice import fmt_sig, from_numba, source_location, typeof
@@ -63,6 +65,9 @@ class Node:
         return f"<node {self.label}{self.args}>"
 
 
+#: The module name of generated code (see numbarules/_generated.py).
+GENERATED = "numbarules._generated"
+
 _NODES = {}                                   # (dispatcher, args) -> Node
 _DECISIONS = collections.defaultdict(dict)    # function -> {lattice sig: {(Node, kind): outcome}}
 _SPECS = {}                                   # (method, args) -> dispatcher of that method
@@ -74,17 +79,20 @@ _by_owner = weakref.WeakKeyDictionary()       # generic function or nr.jit dispa
 
 # --- recording ----------------------------------------------------------------------------------
 
-def owned(py_func, label, owner=None, options=None, depends=(), local_types=None):
+def owned(py_func, label, owner=None, options=None, depends=(), local_types=None, persist=None):
     """A dispatcher whose every compile records its decisions, counted for ``owner``.
 
     ``depends``: engine nodes every compile of it relies on (the AD kernels it was generated
-    from); dropping one of them drops this dispatcher's compiled code too.
+    from); dropping one of them drops this dispatcher's compiled code too. ``persist``: what
+    identifies its code across processes (see ``diskcache``); with it, compiles are stored on
+    disk and loaded from there when every decision they relied on still comes out the same.
     """
     box = []
     disp = numba_glue.make_dispatcher(
         py_func, lambda args, calls: _record(box[0], label, owner or box[0], args, calls, depends),
         options, local_types)
     box.append(disp)
+    disp._cache = _DiskSlot(disp, label, owner or disp, persist)
     return disp
 
 
@@ -120,7 +128,7 @@ def _record(disp, label, owner, args, calls, depends=()):
         if isinstance(callee, GenericFunction):
             sig = tuple(from_numba(a) for a in cargs)
             method = callee.resolve(sig)
-            _decide(node, callee, sig, "method", method)
+            _decide(node, callee, sig, "method", method, tuple(cargs))
             target = _NODES.get((_SPECS.get((method, cargs)), cargs))
         elif hasattr(callee, "_nr_node_for"):      # a gradient object: its driver's node
             target = callee._nr_node_for(cargs)
@@ -134,10 +142,11 @@ def _record(disp, label, owner, args, calls, depends=()):
     _by_owner[owner] = _by_owner.get(owner, 0) + 1
 
 
-def _decide(node, f, sig, kind, outcome):
+def _decide(node, f, sig, kind, outcome, argtypes=None):
     """Record that ``node`` relied on the ``kind`` decision for ``f`` at ``sig``: "method" (which
-    method runs) or "rule" (which rule entry, or None, the AD engine used)."""
-    node.decisions.append((f, sig, kind, outcome))
+    method runs) or "rule" (which rule entry, or None, the AD engine used). ``argtypes``: the
+    Numba types ``sig`` came from (what the disk cache stores to make the decision again)."""
+    node.decisions.append((f, sig, kind, outcome, argtypes))
     _DECISIONS[f].setdefault(sig, {})[(node, kind)] = outcome
 
 
@@ -152,7 +161,7 @@ def _unlink(node):
     node.alive = False
     for callee in node.callees:
         callee.callers.discard(node)
-    for f, sig, kind, _ in node.decisions:
+    for f, sig, kind, *_ in node.decisions:
         _DECISIONS[f].get(sig, {}).pop((node, kind), None)
     key = (node.dispatcher if node.dispatcher is not None else node, node.args)
     if _NODES.get(key) is node:
@@ -170,6 +179,110 @@ def invalidate(nodes):
         _unlink(node)
         if node.drop():
             _counts["invalidations"] += 1
+
+
+# --- the disk cache ----------------------------------------------------------------------------
+
+class _DiskSlot:
+    """What Numba's dispatcher asks before compiling (``load_overload``) and after
+    (``save_overload``): our disk cache in place of Numba's, which keys on a file's stamp and
+    ignores dispatch decisions. Every owned dispatcher has one (it also prints progress); only
+    those given a ``persist`` identity read and write files."""
+
+    def __init__(self, disp, label, owner, persist):
+        self.disp = disp
+        self.label = label
+        self.owner = owner
+        self.persist = persist
+
+    def _key(self, argtypes):
+        return diskcache.key_of((self.persist, tuple(str(a) for a in argtypes)))
+
+    def load_overload(self, sig, target_context):
+        argtypes = tuple(sig)
+        if self.persist is not None and diskcache.enabled():
+            adopted = []
+            try:
+                found = diskcache.load(self._key(argtypes), lambda meta: _still_valid(meta, adopted))
+            except Exception as exc:    # noqa: BLE001 - a cache failure must never stop a compile
+                _progress(f"disk cache unavailable ({type(exc).__name__}: {exc})")
+                found = None
+            if found is not None:
+                meta, payload, path = found
+                try:
+                    cres = numba_glue.rebuild_result(self.disp, payload)
+                except Exception as exc:   # noqa: BLE001 - as corrupt as a bad checksum
+                    diskcache.discard(path, f"cannot rebuild: {exc}")
+                    cres = None
+                if cres is not None:
+                    node = _NODES[(self.disp, argtypes)] = Node(self.disp, argtypes, self.label)
+                    for decision in adopted:
+                        _decide(node, *decision)
+                    _counts["disk_hits"] += 1
+                    return cres
+        _progress(f"compiling {self.label} {fmt_sig(tuple(from_numba(a) for a in argtypes))}")
+        return None
+
+    def save_overload(self, sig, cres):
+        if self.persist is None or not diskcache.enabled():
+            return
+        args = tuple(cres.signature.args)
+        node = _NODES.get((self.disp, args))
+        decisions = _portable_decisions(node) if node is not None else None
+        if decisions is None:
+            return              # something it relied on cannot be named in another process
+        payload = numba_glue.serialize_result(cres)
+        if payload is None:
+            return
+        meta = {"label": self.label, "decisions": decisions}
+        if diskcache.save(self._key(args), meta, payload):
+            _counts["disk_writes"] += 1
+
+    def flush(self):
+        pass
+
+
+def _portable_decisions(node):
+    """Every decision ``node`` and what it links relied on, as (function reference, argument
+    types, kind, fingerprint of the outcome); None if one cannot be named in another process."""
+    out, seen, stack = set(), set(), [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend(n.callees)
+        for f, _, kind, outcome, argtypes in n.decisions:
+            name = diskcache.ref(f)
+            if name is None or argtypes is None:
+                return None
+            out.add((name, argtypes, kind, diskcache.fingerprint(outcome)))
+    return sorted(out, key=repr)
+
+
+def _still_valid(meta, adopted):
+    """Whether every stored decision comes out the same now; fills ``adopted`` with them."""
+    adopted.clear()
+    for name, argtypes, kind, expected in meta["decisions"]:
+        try:
+            f = diskcache.resolve_ref(name)
+        except LookupError:
+            return False
+        sig = tuple(from_numba(a) for a in argtypes)
+        outcome = _outcome(f, sig, kind)
+        if diskcache.fingerprint(outcome) != expected:
+            return False
+        adopted.append((f, sig, kind, outcome, argtypes))
+    return True
+
+
+def _progress(line):
+    """Progress on a terminal (compiles take seconds); silent when stderr is not one."""
+    if os.environ.get("NUMBARULES_PROGRESS", "auto") == "0":
+        return
+    stream = sys.stderr
+    if os.environ.get("NUMBARULES_PROGRESS") == "1" or (hasattr(stream, "isatty") and stream.isatty()):
+        print(f"numbarules: {line}", file=stream, flush=True)
 
 
 # --- the backend the dispatch module calls --------------------------------------------------
@@ -233,7 +346,8 @@ def specialize(method, argtypes, context=None):
     key = (method, argtypes)
     disp = _SPECS.get(key)
     if disp is None:
-        disp = _SPECS[key] = owned(_prepare(method.func), repr(method), method.function)
+        disp = _SPECS[key] = owned(_prepare(method.func), repr(method), method.function,
+                                   persist=("method", method))
     if context is not None and numba_glue.being_typed(context, disp, argtypes):
         return disp                 # a recursive call: the template types it
     if numba_glue.has_overload(disp, argtypes):
@@ -282,8 +396,10 @@ def install_entry(owner, arities, check):
     else:
         src = f"def {owner.__name__}(*args):\n    return _f(*args)\n"
     ns = {}
-    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"), {"_f": owner}, ns)  # noqa: S102
-    tramp = owned(ns[owner.__name__], f"{owner.__qualname__} (entry)", owner)
+    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"),
+         {"_f": owner, "__name__": GENERATED}, ns)  # noqa: S102
+    tramp = owned(ns[owner.__name__], f"{owner.__qualname__} (entry)", owner,
+                  persist=("entry", owner, tuple(arities)))
     tramp._nr_arities = arities
     star = len(arities) != 1    # Numba folds *args into one tuple before the miss hook sees them
 
@@ -327,7 +443,8 @@ def jit(func=None, **options):
     if options.get("cache"):
         raise ValueError("nr.jit does not take cache=True: Numba's cache ignores dispatch decisions "
                          "and would load stale code (numbarules' own disk cache is keyed safely)")
-    disp = owned(_prepare(func), func.__qualname__, None, options)
+    disp = owned(_prepare(func), func.__qualname__, None, options,
+                 persist=("jit", func, sorted(options.items(), key=repr)))
 
     def before(d, args):
         numba_glue.pending_errors().clear()
@@ -400,6 +517,8 @@ def cache_info(f=None):
         "compiles": _counts["compiles"],
         "hits": _counts["hits"],
         "invalidations": _counts["invalidations"],
+        "disk_hits": _counts["disk_hits"],
+        "disk_writes": _counts["disk_writes"],
         "specializations": len(_NODES),
         "by_function": dict(_by_function),
     }

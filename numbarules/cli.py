@@ -1,13 +1,16 @@
-"""The ``numbarules`` command line: ``demo`` and ``explain``."""
+"""The ``numbarules`` command line: ``demo``, ``explain``, ``bench`` and ``cache``."""
 
 import argparse
+import glob
 import importlib
+import os
 import re
+import subprocess
 import sys
 
 import numpy as np
 
-from . import api, demo, lattice
+from . import api, demo, diskcache, lattice
 from .errors import NumbarulesError
 
 _SCALARS = {"float64": np.float64, "float32": np.float32, "int64": np.int64, "int32": np.int32,
@@ -61,6 +64,57 @@ def explain(target, types, out=print):
     out(str(api.explain(f, *(parse_type(t) for t in types))))
 
 
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def cache_command(action, out=print):
+    if action == "info":
+        info = diskcache.info()
+        state = "on" if info["enabled"] else "off (NUMBARULES_CACHE=0)"
+        out(f"directory: {info['directory']}")
+        out(f"enabled:   {state}")
+        out(f"entries:   {info['entries']}")
+        out(f"size:      {_size(info['bytes'])}")
+    else:
+        removed = diskcache.clear()
+        out(f"removed {removed} file{'s' * (removed != 1)} from {diskcache.directory()}")
+    return 0
+
+
+def perf_directory():
+    """The benchmark suite: ``perf/`` beside the package (a source checkout or editable install)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(here, "perf")
+    return path if os.path.isdir(path) else None
+
+
+def bench(quick, out=print):
+    """Run every ``perf/bench_*.py`` in its own process (each prints its own table)."""
+    folder = perf_directory()
+    if folder is None:
+        out("numbarules bench: the benchmark suite (perf/) ships with the source tree, not the "
+            "wheel; run it from a checkout: pip install -e '.[bench]' && numbarules bench")
+        return 2
+    scripts = sorted(glob.glob(os.path.join(folder, "bench_*.py")))
+    failed = []
+    for script in scripts:
+        name = os.path.basename(script)
+        out(f"\n=== {name}{' --quick' if quick else ''}")
+        sys.stdout.flush()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(folder)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        rc = subprocess.call([sys.executable, script] + (["--quick"] if quick else []), env=env)
+        if rc != 0:
+            failed.append(f"{name} (exit {rc})")
+    out("\n" + (f"failed: {', '.join(failed)}" if failed else
+                f"ran {len(scripts)} benchmarks; peers that are not installed are skipped with a note"))
+    return 1 if failed else 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="numbarules", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -69,7 +123,15 @@ def main(argv=None):
                                         "the given types")
     ex.add_argument("function", help="MODULE:FUNCTION")
     ex.add_argument("types", nargs="*", help="float64, float64[:, :], int64, module:StructName")
+    be = sub.add_parser("bench", help="the benchmark suite (perf/) against the installed peers")
+    be.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes in all")
+    ca = sub.add_parser("cache", help="the on-disk kernel cache")
+    ca.add_argument("action", choices=("info", "clear"))
     args = parser.parse_args(argv)
+    if args.command == "cache":
+        return cache_command(args.action)
+    if args.command == "bench":
+        return bench(args.quick)
     if args.command == "demo":
         demo.run()
         print()

@@ -49,6 +49,10 @@ class Method:
     def where(self):
         return f"{self.file}:{self.line}"
 
+    def _nr_fingerprint(self):
+        # What the disk cache compares: the signature and the body (line numbers aside).
+        return ("method", repr(self), self.func)
+
 
 def more_specific(a, b):
     """Signature ``a`` is strictly more specific than ``b`` (``a <: b`` and not equal)."""
@@ -101,6 +105,11 @@ class GenericFunction:
     @property
     def _numba_type_(self):
         return _backend.numba_type(self)
+
+    def _nr_fingerprint(self):
+        # Its name only: which method runs, and that method's body, are decisions the disk
+        # cache records and checks separately.
+        return ("generic", self.__module__, self.__qualname__)
 
     # --- the method table ---------------------------------------------------------------------
 

@@ -61,11 +61,12 @@ def target_for(f, argtypes):
     """
     sig = tuple(from_numba(a) for a in argtypes)
     rule = rules.lookup(f, sig)
-    decisions = [(f, sig, "rule", rule)]
+    argtypes = tuple(argtypes)
+    decisions = [(f, sig, "rule", rule, argtypes)]
     method = None
     if isinstance(f, GenericFunction):
         method = f.resolve(sig)
-        decisions.append((f, sig, "method", method))
+        decisions.append((f, sig, "method", method, argtypes))
     if rule is not None and rule.kind != "opt_out":
         return rule, tuple(decisions)
     if method is not None:
@@ -358,6 +359,7 @@ def _namespace(refs):
         ns[k] = cache.helper(v) if cache.is_plain(v) else v
     ns.update(runtime.HELPERS)
     ns["_math"] = math
+    ns["__name__"] = cache.GENERATED
     return ns
 
 

@@ -413,3 +413,54 @@ def infer_types(py_func, argtypes):
 
 def typeof_value(value):
     return numba_typeof(value)
+
+
+# --- 4. the persistent cache's door into Numba ----------------------------------------------------
+
+def _randomise_unique_ids():
+    # Numba names each compiled function's symbols with a per-process counter. Code loaded from
+    # the disk cache carries the counter values of the process that compiled it; a compile in
+    # this process that drew the same value for the same name would share its linkonce symbols.
+    # Starting the counter at a random point makes such a collision practically impossible.
+    import itertools
+    import secrets
+    from numba.core.bytecode import FunctionIdentity
+    FunctionIdentity._unique_ids = itertools.count(secrets.randbits(40) + 1)
+
+
+_randomise_unique_ids()
+
+
+def versions():
+    import llvmlite
+    import numba
+    return (numba.__version__, llvmlite.__version__)
+
+
+def target_magic():
+    """The CPU, its features and the target triple: code compiled for one may not run on another."""
+    return tuple(map(str, cpu_target.target_context.codegen().magic_tuple()))
+
+
+def serialize(obj):
+    """Bytes of ``obj`` pickled as Numba pickles its own cache entries."""
+    from numba.core import serialize as numba_serialize
+    return numba_serialize.dumps(obj)
+
+
+def serialize_result(cres):
+    """The compiled code of ``cres`` as bytes, or None when Numba cannot cache it (code lifted to
+    object mode, dynamic globals such as addresses of Python objects)."""
+    if cres.objectmode or any(not x.can_cache for x in cres.lifted) or \
+            cres.library.has_dynamic_globals:
+        return None
+    return serialize(cres._reduce())
+
+
+def rebuild_result(dispatcher, data):
+    """The compile result stored by ``serialize_result``, ready to install in ``dispatcher``."""
+    import pickle
+    # As Numba's own cache does: the context must be initialised (NRT, helper symbols) before
+    # code that calls into it is loaded.
+    dispatcher.targetctx.refresh()
+    return compiler.CompileResult._rebuild(dispatcher.targetctx, *pickle.loads(data))

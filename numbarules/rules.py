@@ -47,6 +47,10 @@ class Rule:
         sig = "(...)" if self.signature is None else fmt_sig(self.signature)
         return f"{self.kind} for {name}{sig} at {self.file}:{self.line}"
 
+    def _nr_fingerprint(self):
+        sig = None if self.signature is None else fmt_sig(self.signature)
+        return ("rule", self.kind, sig, self.function, self.impl, self.uses_result)
+
 
 _RULES = {}      # function -> tuple of Rule (swapped whole, never mutated in place)
 
