@@ -508,6 +508,9 @@ def helper(func):
 def cache_info(f=None):
     """Counts since start or ``clear_cache()``: compiles, hits, invalidations, and more.
 
+    ``disk_hits``: specializations loaded from the disk cache instead of compiled;
+    ``disk_writes``: compiles stored there.
+
     With ``f`` (a generic function or an ``nr.jit`` function): ``{"compiles": n}`` for it alone,
     counting every specialization of every one of its methods and its Python entry.
     """
@@ -524,8 +527,11 @@ def cache_info(f=None):
     }
 
 
-def clear_cache():
-    """Drop every compiled specialization and reset the counters."""
+def clear_cache(disk=False):
+    """Drop every compiled specialization and reset the counters; with ``disk=True`` also empty
+    the on-disk kernel cache (what ``numbarules cache clear`` does)."""
+    if disk:
+        diskcache.clear()
     with numba_glue.LOCK:
         invalidate(list(_NODES.values()))
         _counts.clear()

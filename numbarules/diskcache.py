@@ -117,6 +117,9 @@ def _value(h, v, seen):
         _add(h, "class", v.__module__, v.__qualname__)
     elif isinstance(v, (pytypes.BuiltinFunctionType, np.ufunc)):
         _add(h, "builtin", getattr(v, "__module__", None), v.__name__)
+    elif callable(v) and ref(v) is not None:
+        # Library functions that are objects (NumPy's array-function dispatchers): their name.
+        _add(h, "named", ref(v))
     else:
         # Unknown objects: their repr (an address in it only costs a cache miss, never staleness).
         _add(h, "object", type(v).__module__, type(v).__qualname__, repr(v))

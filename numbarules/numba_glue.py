@@ -460,7 +460,9 @@ def serialize_result(cres):
 def rebuild_result(dispatcher, data):
     """The compile result stored by ``serialize_result``, ready to install in ``dispatcher``."""
     import pickle
-    # As Numba's own cache does: the context must be initialised (NRT, helper symbols) before
-    # code that calls into it is loaded.
-    dispatcher.targetctx.refresh()
+    # Loaded code calls into Numba's runtime (NRT): it must be initialised first, or the first
+    # allocation crashes. Numba's own cache calls targetctx.refresh(), which also imports every
+    # lowering registry (with SciPy's BLAS check, ~0.8 s); loading machine code needs none of it.
+    from numba.core.runtime import rtsys
+    rtsys.initialize(dispatcher.targetctx)
     return compiler.CompileResult._rebuild(dispatcher.targetctx, *pickle.loads(data))
