@@ -158,7 +158,8 @@ def _build(spec, argtypes, mask):
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", options=options.get(kind),
-                                depends=(spec.node,), local_types=local_types.get(kind))
+                                depends=(spec.node,), local_types=local_types.get(kind),
+                                persist=("ad", kind, spec.target, tuple(mask)))
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
                                for t in tangent_types(argtypes, mask))
@@ -196,7 +197,8 @@ def _build_rule(spec, argtypes, mask):
     label = f"{rule!r}"
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
-        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,))
+        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,),
+                                persist=("rule", kind, rule, tuple(mask)))
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.ready = True
     for other_ns in spec.waiters:

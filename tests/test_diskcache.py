@@ -47,8 +47,9 @@ import numbarules as nr
 import dcmod
 {before}
 x = np.linspace(0.1, 1.0, 7)
+y, pb = nr.pullback(dcmod.energy, x)
 out = {{"grad": nr.grad(dcmod.energy)(x).tolist(), "value": dcmod.energy(x),
-        "twice": dcmod.twice(x)}}
+        "twice": dcmod.twice(x), "pullback": pb(1.0)[0].tolist()}}
 {after}
 out.update(nr.cache_info())
 out.pop("by_function")
@@ -119,8 +120,10 @@ def test_second_process_compiles_nothing(project):
     assert np.allclose(first["grad"], g, rtol=1e-12) and np.isclose(first["value"], value)
     second = project()
     assert second["compiles"] == 0
-    assert second["disk_hits"] == 3          # grad entry, generic entry, nr.jit function
-    for k in ("grad", "value", "twice"):
+    # pullback's forward and reverse kernels, the grad entry, the generic function's entry,
+    # the nr.jit function
+    assert second["disk_hits"] >= 5
+    for k in ("grad", "value", "twice", "pullback"):
         assert np.allclose(second[k], first[k], rtol=1e-15)
 
 
@@ -147,6 +150,7 @@ def test_rule_added_in_the_second_process_is_used(project):
     second = project(before=RULE)
     _, g = expected(X, dinner=lambda x: np.full_like(x, 1000.0))
     assert np.allclose(second["grad"], g, rtol=1e-12)
+    assert np.allclose(second["pullback"], g, rtol=1e-12)
     # The primal paths do not use rules: they may load; the gradient had to be rebuilt.
     assert second["compiles"] >= 1
 
@@ -167,7 +171,7 @@ out["value2"] = dcmod.energy(x)
 out["twice2"] = dcmod.twice(x)
 '''
     second = project(after=after)
-    assert second["disk_hits"] == 3 and second["invalidations"] >= 3
+    assert second["disk_hits"] >= 5 and second["invalidations"] >= 3
     value, g = expected(X, inner=lambda x: 3 * x, dinner=lambda x: np.full_like(x, 3.0))
     assert np.allclose(second["grad2"], g, rtol=1e-12) and np.isclose(second["value2"], value)
     assert np.isclose(second["twice2"], 2 * value)
@@ -188,7 +192,7 @@ def test_corrupt_files_are_discarded_and_recompiled(project):
     value, g = expected(X)
     assert np.allclose(second["grad"], g, rtol=1e-12) and np.isclose(second["value"], value)
     third = project()
-    assert third["compiles"] == 0 and third["disk_hits"] == 3
+    assert third["compiles"] == 0 and third["disk_hits"] >= 5
 
 
 def test_concurrent_writers_leave_whole_files(project):
