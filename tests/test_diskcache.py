@@ -115,6 +115,7 @@ X = np.linspace(0.1, 1.0, 7)
 
 def test_second_process_compiles_nothing(project):
     first = project()
+    assert "numbarules: compiling" not in first["stderr"]     # not a terminal: silent
     assert first["compiles"] > 0 and first["disk_hits"] == 0 and first["disk_writes"] >= 3
     value, g = expected(X)
     assert np.allclose(first["grad"], g, rtol=1e-12) and np.isclose(first["value"], value)
@@ -212,9 +213,10 @@ def test_concurrent_writers_leave_whole_files(project):
     assert third["compiles"] == 0 and "discarding" not in third["stderr"]
 
 
-def test_disabled_cache_writes_nothing(project):
-    first = project(env={"NUMBARULES_CACHE": "0"})
+def test_disabled_cache_writes_nothing_and_progress_can_be_forced(project):
+    first = project(env={"NUMBARULES_CACHE": "0", "NUMBARULES_PROGRESS": "1"})
     assert first["disk_writes"] == 0
+    assert "numbarules: compiling grad(energy) (entry) (::Vector[Float64])" in first["stderr"]
     assert not project.cache_dir.exists() or not list(project.cache_dir.rglob("*.nrk"))
 
 
@@ -246,3 +248,16 @@ def test_fingerprint_sees_code_constants_and_callees_not_line_numbers():
     ns["K"] = 2.0
     exec("def helper(x):\n    return K * x * 1.0\n", ns)
     assert diskcache.fingerprint(ns["f"]) != base          # the callee's code
+
+
+def test_bench_command_runs_every_script_and_reports_failures(tmp_path, monkeypatch):
+    perf = tmp_path / "perf"
+    perf.mkdir()
+    (perf / "bench_ok.py").write_text("import sys\nprint('ok', sys.argv[1:])\n")
+    (perf / "bench_bad.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.setattr(cli, "perf_directory", lambda: str(perf))
+    lines = []
+    assert cli.bench(True, lines.append) == 1
+    assert "\n=== bench_ok.py --quick" in lines and "failed: bench_bad.py (exit 3)" in lines[-1]
+    monkeypatch.undo()
+    assert cli.perf_directory() == os.path.join(ROOT, "perf")
