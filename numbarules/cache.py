@@ -31,6 +31,7 @@ import collections
 import inspect
 import os
 import sys
+import warnings
 import weakref
 
 from . import diskcache, dispatch, numba_glue, rules
@@ -205,7 +206,8 @@ class _DiskSlot:
             try:
                 found = diskcache.load(self._key(argtypes), lambda meta: _still_valid(meta, adopted))
             except Exception as exc:    # noqa: BLE001 - a cache failure must never stop a compile
-                _progress(f"disk cache unavailable ({type(exc).__name__}: {exc})")
+                warnings.warn(f"numbarules: the disk cache could not be read ({type(exc).__name__}: "
+                              f"{exc}); compiling instead", RuntimeWarning, stacklevel=2)
                 found = None
             if found is not None:
                 meta, payload, path = found
