@@ -424,6 +424,8 @@ class _Gen:
         out = _Out()
         out.add(f"# fused forward and reverse of {fn.name} ({fn.file}:{fn.firstline}): each "
                 f"iteration's adjoint runs right after it")
+        if self.device is not None:
+            out.add("_need = 0")   # a callee's tape overflow, reported to the caller
         start = len(out.lines)
         self.block_fwd(pre, out, reserved=False)
         tape_at = start
@@ -443,8 +445,9 @@ class _Gen:
         tangents = self.tangents(reads)
         out.lines[tape_at:tape_at] = ["    " + t for t in self.tape_inits()]
         params = ", ".join(fn.params)
-        # Device code also returns the tape entries it needed (see device_vjp): none here.
-        need = "0, " if self.device is not None else ""
+        # Device code also reports a callee's tape overflow (see device_vjp); its own tapes
+        # hold only pushes outside the loop, a number known here.
+        need = "_need, " if self.device is not None else ""
         out.add(f"return ({ret.src()}, {''.join(t + ', ' for t in tangents)}{need})")
         return (f"def vjp_{self.name}({params}{', ' if params else ''}_dout):\n"
                 + "\n".join(out.lines) + "\n")

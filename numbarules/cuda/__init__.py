@@ -17,7 +17,9 @@ from . import glue, grad as _grad, methods
 from .map_grad import map_grad
 from .grad import grad, value_and_grad
 
-if not glue.SIMULATOR:
+if glue.SIMULATOR:
+    from . import simulator  # noqa: F401 - simulator arrays passed to compiled CPU code
+else:
     glue.register_typeof(GenericFunction, methods.numba_type)
     glue.register_typeof(api.Gradient, _grad.gradient_numba_type)
 

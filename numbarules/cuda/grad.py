@@ -95,13 +95,16 @@ def _derived_source(spec, tape):
     _refuse_arrays(spec)
     once, looped = codegen.device_tape_demand(spec.fn, spec.plan)
     if looped is not None and tape <= 0:
+        k = looped - spec.fn.firstline
+        text = spec.fn.source_lines[k].strip() if 0 <= k < len(spec.fn.source_lines) else ""
         raise UnsupportedSyntaxError(
-            f"the loop of {spec.func.__qualname__} saves values on a tape at every iteration "
-            f"(overwritten values, branch decisions or inner trip counts)\n"
+            f"a loop of {spec.func.__qualname__} saves a value on a tape at every iteration "
+            f"(an overwritten value, a branch decision or an inner trip count)\n"
             f'  File "{spec.fn.file}", line {looped}, in {spec.func.__qualname__}\n'
+            f"    {text}\n"
             f"Device code cannot allocate a tape of unknown length. Give a per-thread bound: "
-            f"nr.cuda.map_grad(f, tape=N) or nr.cuda.grad(f, tape=N) (N entries in local "
-            f"memory; more at run time gives NaN gradients and an error from map_grad), or "
+            f"nr.cuda.map_grad(f, tape=N) or nr.cuda.grad(f, tape=N) (N entries of local "
+            f"memory; a thread that needs more gets NaN gradients and map_grad raises), or "
             f"write the loop as a reduction (s += ... with every other value local to one "
             f"iteration), which needs no tape.")
     source = codegen.generate_device(spec.fn, spec.types, spec.plan, spec.name, spec.key[2],
