@@ -13,9 +13,9 @@ See docs/cuda.md for what device code supports.
 
 from .. import api
 from ..dispatch import GenericFunction
-from . import glue, grad as _grad, methods
+from . import glue, gradients as _grad, methods
 from .map_grad import map_grad
-from .grad import grad, value_and_grad
+from .gradients import grad, value_and_grad
 
 if glue.SIMULATOR:
     from . import simulator  # noqa: F401 - simulator arrays passed to compiled CPU code

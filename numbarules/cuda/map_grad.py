@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import api
 from ..errors import DifferentiationError
-from . import glue, grad, methods
+from . import glue, gradients, methods
 
 _THREADS = 128
 
@@ -23,7 +23,7 @@ class MapGrad:
     def __init__(self, f, argnums, tape):
         if not callable(f):
             raise TypeError(f"nr.cuda.map_grad differentiates a function, not {f!r}")
-        self.gradient = grad.grad(f, argnums, tape)
+        self.gradient = gradients.grad(f, argnums, tape)
         self.f = f
         self.argnums = argnums
         self.tape = tape
@@ -55,7 +55,7 @@ class MapGrad:
         if hit is not None and hit[1].alive:
             return hit[0], hit[2], hit[3]
         with glue.locked():
-            spec, nums = grad.prepare_gradient(self.gradient, eltypes)
+            spec, nums = gradients.prepare_gradient(self.gradient, eltypes)
             out_dtypes = []
             for i in nums:
                 if spec.tangent_kinds[i] is None:
@@ -67,7 +67,7 @@ class MapGrad:
             source = _kernel_source(len(eltypes), nums)
 
             def build():
-                ns = {"_vjp": grad.device_vjp(spec, self.tape), "_cuda": glue.cuda,
+                ns = {"_vjp": gradients.device_vjp(spec, self.tape), "_cuda": glue.cuda,
                       "_seed": api._one(spec.return_type)}
                 exec(compile(source, "<numbarules map_grad kernel>", "exec"), ns)  # noqa: S102
                 return glue.cuda.jit(ns["map_grad_kernel"])
