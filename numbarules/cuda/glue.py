@@ -49,14 +49,10 @@ else:   # the simulator runs kernels as Python: nothing is typed
 
 @contextlib.contextmanager
 def locked():
-    """numba-cuda compiles under its own lock, numbarules (and Numba's CPU compiler) under
-    Numba's. A device compile takes numba-cuda's lock, then ours from inside typing; every
-    numbarules entry point that compiles device code takes them in that same order."""
-    if cuda_lock is None:
-        with core_lock:
-            yield
-        return
-    with cuda_lock, core_lock:
+    """The compile lock of device work. numba-cuda's global compiler lock is a dual lock that
+    takes Numba's (numbarules' own lock) first, then its own; taking it here keeps that order
+    everywhere (a device compile reaches our resolvers holding both)."""
+    with (cuda_lock if cuda_lock is not None else core_lock):
         yield
 
 

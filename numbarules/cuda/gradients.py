@@ -188,26 +188,27 @@ def gradient_numba_type(g):
 
 
 def _resolve(g, argtypes):
-    try:
+    # Our errors (NoMethodError, UnsupportedSyntaxError, ...) leave numba-cuda's typing as they
+    # are: Numba re-raises exceptions that are not its own, so the user sees ours, not a
+    # typing report.
+    with glue.locked():
         spec, _ = prepare_gradient(g, argtypes)
-    except (api.NumbarulesError, TypeError) as exc:
-        raise glue.TypingError(str(exc)) from None
-    key = ("driver", tuple(argtypes))
-    cached = g.__dict__.setdefault("_nr_device_drivers", {})
-    hit = cached.get(key)
-    if hit is None or not hit[1].alive or hit[2] is not spec:
+        key = ("driver", tuple(argtypes))
+        cached = g.__dict__.setdefault("_nr_device_drivers", {})
+        hit = cached.get(key)
+        if hit is not None and hit[1].alive and hit[2] is spec:
+            methods.relied_on(node=hit[1])
+            return hit[0]
+
         def build():
             disp = glue.device_jit(driver(g, argtypes))
             glue.compile_device(disp, argtypes)
             return disp
 
-        with glue.locked():
-            disp, node = methods.compile_recorded(key + (id(g),), f"device {g.__qualname__}",
-                                                  build, lambda: cached.pop(key, None))
-        hit = cached[key] = (disp, node, spec)
+        disp, node = methods.compile_recorded(key + (id(g),), f"device {g.__qualname__}", build,
+                                              lambda: cached.pop(key, None))
+        cached[key] = (disp, node, spec)
         return disp
-    methods.relied_on(node=hit[1])
-    return hit[0]
 
 
 def grad(f, argnums=0, tape=0):

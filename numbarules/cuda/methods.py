@@ -20,7 +20,7 @@ import threading
 
 from .. import cache
 from ..dispatch import GenericFunction
-from ..errors import CompilationError, DispatchError
+from ..errors import CompilationError
 from ..lattice import fmt_sig, from_numba, source_location
 from . import glue
 
@@ -92,10 +92,9 @@ def numba_type(f):
 def _resolver(f):
     def resolve(argtypes):
         sig = tuple(from_numba(a) for a in argtypes)
-        try:
-            method = f.resolve(sig)
-        except DispatchError as exc:
-            raise glue.TypingError(f"{exc}\n(in device code)") from None
+        # NoMethodError / AmbiguityError leave numba-cuda's typing as they are (it re-raises
+        # exceptions that are not its own): the user sees ours.
+        method = f.resolve(sig)
         relied_on(decision=(f, sig, "method", method))
         return specialize(method.func, argtypes, f"method {method!r}", method)
     return resolve
@@ -115,7 +114,7 @@ def specialize(func, argtypes, what, key_obj=None):
             try:
                 glue.compile_device(disp, argtypes)
             except glue.NumbaErrors as exc:
-                raise glue.TypingError(str(_compile_error(func, what, argtypes, exc))) from None
+                raise _compile_error(func, what, argtypes, exc) from None
 
         def drop():
             if _SPECS.get(key) is spec:
@@ -200,7 +199,7 @@ def prepare(func):
     swaps = {n: device_value(glb[n]) for n in names if n in glb}
     swaps = {n: v for n, v in swaps.items() if v is not glb[n]}
     cells = func.__closure__ or ()
-    new_cells = tuple(_cell(device_value(c.cell_contents)) if _full(c) else c for c in cells)
+    new_cells = tuple(_swapped_cell(c) for c in cells)
     if not swaps and all(a is b for a, b in zip(new_cells, cells)):
         return func
     new_glb = dict(glb)
@@ -211,13 +210,10 @@ def prepare(func):
     return new
 
 
-def _full(cell):
+def _swapped_cell(cell):
     try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-def _cell(value):
-    return (lambda: value).__closure__[0]
+        value = cell.cell_contents
+    except ValueError:          # an empty cell
+        return cell
+    new = device_value(value)
+    return cell if new is value else (lambda: new).__closure__[0]
