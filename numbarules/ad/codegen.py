@@ -729,9 +729,10 @@ class _Gen:
                ("_math.nan" if self.types.get(p) == nbt.float64 else f"_np.{self.types[p]}(_math.nan)")
                for p, t in zip(self.fn.params, self.pullback_tangents)]
         counts = ", ".join(f"_k_{k}" for k in keys)
+        where = (f"tapes of {capacity} entries in local memory" if keys else "no tape")
         lines = [f"def vjp_{self.name}({params}{', ' if params else ''}_dout):",
                  f"    # forward and reverse of {self.fn.name} ({self.fn.file}:{self.fn.firstline}) "
-                 f"for device code: tapes of {capacity} entries in local memory",
+                 f"for device code, {where}",
                  "    _need = 0"]
         lines += self.forward_lines
         if keys:
