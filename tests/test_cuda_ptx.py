@@ -49,6 +49,7 @@ def test_map_grad_kernel_compiles_to_ptx(case):
     assert "malloc" not in ptx        # device code allocates nothing on the heap
     source = nrc.code(case.f, *(a[0].item() for a in case.make(2)), argnums=case.argnums,
                       tape=case.tape)
+    assert "# line " in source                 # readable: comments point at the user's lines
     if case.tape:
         assert "_cuda.local.array(" in source    # loop tapes of a compile-time capacity
 
@@ -282,3 +283,67 @@ def test_the_benchmark_kernel_compiles_and_the_script_exits_cleanly_without_a_gp
     # Here (no GPU): a clear message and status 0; on a GPU machine, the table.
     assert ("bench_cuda: skipped" in proc.stdout and "GPU" in proc.stdout) or (
         "numbarules map_grad" in proc.stdout)
+
+
+# --- more of what device code supports -----------------------------------------------------------
+
+@nr.struct
+class Point:
+    x: nr.Float64
+    y: nr.Float64
+
+
+@nr.generic
+def size(p: Point):
+    return math.sqrt(p.x * p.x + p.y * p.y)
+
+
+@size.method
+def size(p: nr.Real):
+    return abs(p)
+
+
+def test_structs_built_and_dispatched_on_in_device_code():
+    def kernel(out, a, b):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = size(Point(a[i], b[i])) + size(a[i])
+
+    ptx = ptx_of(kernel, (types.float64[::1],) * 3)
+    assert "sqrt" in ptx
+
+
+def test_float32_gradients_and_gradients_in_device_functions():
+    def f32(x):
+        return size(x) * np.float32(2.0) + math.sin(x)
+
+    mg = nrc.map_grad(f32)
+    kernel = mg._kernel((types.float32,))[0]
+    ptx_of(kernel, (types.float32[::1], types.int64[::1], types.float32[::1]))
+    g = nr.grad(f32)
+
+    @cuda.jit(device=True)
+    def helper(x):
+        return g(x) + size(x)
+
+    def kernel2(out, x):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = helper(x[i])
+
+    ptx_of(kernel2, (types.float32[::1], types.float32[::1]))
+    assert "_np.float32(d_x)" in nrc.code(f32, np.float32(1.0))    # float32 tangents
+
+
+def test_recursion_is_refused_in_device_code():
+    @nr.generic
+    def fact(n: nr.Integer):
+        if n <= 1:
+            return 1
+        return n * fact(n - 1)
+
+    def kernel(out):
+        out[0] = fact(5)
+
+    with pytest.raises(nr.UnsupportedSyntaxError, match="recursion"):
+        ptx_of(kernel, (types.int64[::1],))

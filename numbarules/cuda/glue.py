@@ -69,14 +69,6 @@ def compile_device(disp, argtypes):
     return disp.compile_device(tuple(argtypes)).signature.return_type
 
 
-def has_device_overload(disp, argtypes):
-    return tuple(argtypes) in disp.overloads
-
-
-def is_device_dispatcher(value):
-    return not SIMULATOR and isinstance(value, cuda_dispatcher.CUDADispatcher)
-
-
 def error_text(exc):
     text = str(exc)
     for marker in ("\nThis error may have been caused", "\nFor more information about typing"):

@@ -6,8 +6,6 @@ records the entries it needed (``cuda.atomic.max``); the launch then raises inst
 the NaN gradients those threads computed.
 """
 
-import math
-
 import numpy as np
 
 from .. import api

@@ -18,9 +18,9 @@ function it keeps the decisions it was compiled with.
 import inspect
 import threading
 
-from .. import cache
+from .. import cache, numba_glue
 from ..dispatch import GenericFunction
-from ..errors import CompilationError
+from ..errors import CompilationError, UnsupportedSyntaxError
 from ..lattice import fmt_sig, from_numba, source_location
 from . import glue
 
@@ -67,7 +67,7 @@ def compile_recorded(key, label, build, on_drop):
     """
     stack = _frames()
     if any(fr.key == key for fr in stack):
-        raise glue.TypingError(f"{label}: recursion is not supported in device code")
+        raise UnsupportedSyntaxError(f"{label}: recursion is not supported in device code")
     frame = _Frame(key)
     stack.append(frame)
     try:
@@ -176,7 +176,7 @@ def device_value(value):
     plain Python functions become device helpers; everything else is left as it is."""
     if isinstance(value, GenericFunction) or isinstance(value, DeviceHelper):
         return value
-    if cache.numba_glue.is_dispatcher(value) and isinstance(value, cache.numba_glue.Dispatcher):
+    if isinstance(value, numba_glue.Dispatcher):
         return helper(value.py_func)       # an nr.jit helper or a kernel of ours
     if cache.is_plain(value):
         return helper(value)
