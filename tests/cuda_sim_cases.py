@@ -110,31 +110,31 @@ def test_device_arrays_in_device_arrays_out():
 
 
 def test_a_tape_overflow_raises_instead_of_returning_wrong_gradients():
-    from cuda_zoo import recurrence        # 6 iterations, 2 saved values each: 13 entries
-    x = np.linspace(-1, 1, 8)
+    from cuda_zoo import spin              # n iterations, 2 saved values each, plus 1
+    x, n = np.linspace(-1, 1, 8), np.full(8, 6, dtype=np.int64)
     with pytest.raises(nr.DifferentiationError) as info:
-        nrc.map_grad(recurrence, tape=4)(x)
-    assert "recurrence" in str(info.value) and "tape=13" in str(info.value)
+        nrc.map_grad(spin, tape=4)(x, n)
+    assert "spin" in str(info.value) and "tape=13" in str(info.value)
     # What a thread computes past the bound: NaN tangents and the entries it needed (the
     # device vjp that in-kernel gradient objects call too).
-    from numba import float64
+    from numba import float64, int64
     from numbarules.cuda import gradients as device_grad
-    spec, _ = device_grad.prepare_gradient(nrc.grad(recurrence), (float64,))
+    spec, _ = device_grad.prepare_gradient(nrc.grad(spin), (float64, int64))
     vjp = device_grad.device_vjp(spec, 4)
     out, need = np.zeros(8), np.zeros(8, dtype=np.int64)
 
     @cuda.jit
-    def kernel(out, need, x):
+    def kernel(out, need, x, n):
         i = cuda.grid(1)
         if i < out.shape[0]:
-            r = vjp(x[i], 1.0)
+            r = vjp(x[i], n[i], 1.0)
             out[i] = r[1]
-            need[i] = r[2]
+            need[i] = r[3]
 
-    kernel[1, 8](out, need, x)
+    kernel[1, 8](out, need, x, n)
     assert np.all(np.isnan(out)) and np.all(need == 13)
-    ok = nrc.map_grad(recurrence, tape=13)(x).copy_to_host()
-    np.testing.assert_allclose(ok, cpu_gradients(CASES[IDS.index("recurrence")], (x,))[0],
+    ok = nrc.map_grad(spin, tape=13)(x, n).copy_to_host()
+    np.testing.assert_allclose(ok, cpu_gradients(CASES[IDS.index("spin")], (x, n))[0],
                                rtol=1e-12)
 
 

@@ -95,6 +95,13 @@ def recurrence(x):
     return y
 
 
+def spin(x, n):
+    y = x
+    for i in range(n):
+        y = y * math.cos(y) + 0.5
+    return y
+
+
 def newton_sqrt(a):
     x = a
     k = 0
@@ -162,7 +169,9 @@ CASES = [
     Case(poly, lambda n: (_lin(n, -2.0, 2.0, 0.013),)),
     Case(branchy, lambda n: (_lin(n, -1.0, 2.0, 0.011),)),
     Case(reduction, lambda n: (_lin(n, 0.1, 1.5), np.arange(n, dtype=np.int64) % 9)),
-    Case(recurrence, lambda n: (_lin(n, -1.0, 1.0, 0.007),), tape=16),
+    # a loop of constant length: its tape is sized at compile time, no tape= needed
+    Case(recurrence, lambda n: (_lin(n, -1.0, 1.0, 0.007),)),
+    Case(spin, lambda n: (_lin(n, -1.0, 1.0, 0.003), np.arange(n, dtype=np.int64) % 7), tape=12),
     Case(newton_sqrt, lambda n: (_lin(n, 0.5, 9.0),), tape=64),
     Case(early_break, lambda n: (_lin(n, 0.2, 1.2), 3 + np.arange(n, dtype=np.int64) % 6),
          tape=32),

@@ -759,34 +759,50 @@ class _Gen:
 
 
 def device_tape_demand(fn, plan):
-    """(pushes that run at most once per call, line of the first loop whose iterations push).
+    """(entries a tape may need, as far as known statically; line of the first saved statement
+    inside a loop whose trip count is not a constant, or None).
 
-    Device tapes have a fixed capacity: the first count is known statically; a loop that pushes
-    on every iteration needs a bound the user gives (``tape=``), or the device refuses it.
+    Device tapes have a fixed capacity. Pushes outside loops and inside ``range`` loops with
+    constant bounds are counted here (a branch counts its larger side); a loop of unknown length
+    that pushes needs a bound the user gives (``tape=``), or the device refuses it.
     """
-    once, looped = 0, []
-
-    def visit(stmts, depth):
-        nonlocal once
+    def count(stmts):
+        n, unbounded = 0, None
         for s in stmts:
-            pushes = (id(s) in plan.pushes) + (
+            n += (id(s) in plan.pushes) + (
                 isinstance(s, (ir.For, ir.While)) and id(s) in plan.in_loop
                 and id(s) in plan.reverse_relevant)
-            if pushes and depth:
-                looped.append(s.line)
-            elif pushes:
-                once += pushes
             if isinstance(s, ir.If):
-                visit(s.body, depth)
-                visit(s.orelse, depth)
-            elif isinstance(s, ir.For):
-                visit(s.body, depth + 1)
-            elif isinstance(s, ir.While):
-                visit(s.cond, depth + 1)
-                visit(s.body, depth + 1)
+                (a, ua), (b, ub) = count(s.body), count(s.orelse)
+                n += max(a, b)
+                unbounded = unbounded or ua or ub
+            elif isinstance(s, (ir.For, ir.While)):
+                inner, u = count(s.body) if isinstance(s, ir.For) else count(s.cond + s.body)
+                trip = _constant_trip(s)
+                if inner and trip is None:
+                    u = u or _first_push_line(s.body if isinstance(s, ir.For) else s.cond + s.body,
+                                             plan)
+                elif inner:
+                    n += trip * inner
+                unbounded = unbounded or u
+        return n, unbounded
 
-    visit(fn.body, 0)
-    return once, (looped[0] if looped else None)
+    return count(fn.body)
+
+
+def _constant_trip(loop):
+    if isinstance(loop, ir.For) and all(isinstance(a, ir.Const) and isinstance(a.value, int)
+                                        for a in (loop.start, loop.stop, loop.step)):
+        return len(range(loop.start.value, loop.stop.value, loop.step.value))
+    return None
+
+
+def _first_push_line(stmts, plan):
+    for s in ir.walk(stmts):
+        if id(s) in plan.pushes or (isinstance(s, (ir.For, ir.While)) and id(s) in plan.in_loop
+                                    and id(s) in plan.reverse_relevant):
+            return s.line
+    return None
 
 
 def generate_device(fn, types, plan, name, mask, capacity):

@@ -93,7 +93,7 @@ def _namespace(spec):
 
 def _derived_source(spec, tape):
     _refuse_arrays(spec)
-    once, looped = codegen.device_tape_demand(spec.fn, spec.plan)
+    known, looped = codegen.device_tape_demand(spec.fn, spec.plan)
     if looped is not None and tape <= 0:
         k = looped - spec.fn.firstline
         text = spec.fn.source_lines[k].strip() if 0 <= k < len(spec.fn.source_lines) else ""
@@ -107,8 +107,10 @@ def _derived_source(spec, tape):
             f"memory; a thread that needs more gets NaN gradients and map_grad raises), or "
             f"write the loop as a reduction (s += ... with every other value local to one "
             f"iteration), which needs no tape.")
+    # Loops of constant length are counted in ``known``; ``tape`` bounds the others.
+    capacity = known + (tape if looped is not None else 0)
     source = codegen.generate_device(spec.fn, spec.types, spec.plan, spec.name, spec.key[2],
-                                     once + max(tape, 0))
+                                     capacity)
     return source, _namespace(spec)
 
 
