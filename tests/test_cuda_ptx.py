@@ -273,7 +273,7 @@ def test_the_benchmark_kernel_compiles_and_the_script_exits_cleanly_without_a_gp
         import bench_cuda
     finally:
         sys.path.remove(str(root / "perf"))
-    mg = nrc.map_grad(bench_cuda.oscillator, argnums=(0, 1), tape=2 * bench_cuda.STEPS)
+    mg = nrc.map_grad(bench_cuda.oscillator, argnums=(0, 1))
     kernel = mg._kernel((types.float64, types.float64))[0]
     ptx_of(kernel, (types.float64[::1],) * 2 + (types.int64[::1],) + (types.float64[::1],) * 2)
     proc = subprocess.run([sys.executable, str(root / "perf" / "bench_cuda.py"), "--n", "1000"],

@@ -40,7 +40,6 @@ def device_vjp(spec, tape):
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated source
     disp = glue.device_jit(ns[name])
-    disp._nr_source = source
     argtypes = tuple(spec.argtypes) + (spec.return_type,)
 
     def build():
@@ -79,8 +78,10 @@ def _callees(spec, tape, ns):
 
 
 def source_of(spec, tape):
-    """The device vjp source (what ``nr.cuda.code`` shows)."""
-    return device_vjp(spec, tape)._nr_source
+    """The device vjp source (what ``nr.cuda.code`` shows), generated without compiling."""
+    if isinstance(spec.target, rules.Rule):
+        return _rule_source(spec)[0]
+    return _derived_source(spec, tape)[0]
 
 
 def _namespace(spec):
