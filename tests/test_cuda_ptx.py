@@ -355,3 +355,36 @@ def test_loops_of_constant_length_get_a_tape_sized_at_compile_time():
     assert "_cuda.local.array(13, _np.float64)" in source
     kernel = nrc.map_grad(recurrence)._kernel((types.float64,))[0]
     ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1]))
+
+
+def test_a_gradient_object_in_a_new_kernel_compile_sees_a_new_method():
+    scale, _ = fresh_family()
+
+    def f(x):
+        return scale(x) * x
+
+    g = nr.grad(f)
+
+    def kernel(out, x):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = g(x[i])
+
+    sig = (types.float64[::1], types.float64[::1])
+    assert _hex(3.25) in ptx_of(kernel, sig)
+
+    @scale.method
+    def scale(x: nr.Float64):
+        return x * 5.5
+
+    ptx = ptx_of(kernel, sig)
+    assert _hex(5.5) in ptx and _hex(3.25) not in ptx
+
+
+def test_bad_options_are_refused_clearly():
+    with pytest.raises(TypeError, match="tape must be a non-negative int"):
+        nrc.map_grad(two_args_local, tape=-1)
+    with pytest.raises(TypeError, match="tape must be a non-negative int"):
+        nrc.grad(two_args_local, tape=2.5)
+    with pytest.raises(TypeError, match="differentiates a function"):
+        nrc.map_grad(3.0)

@@ -56,6 +56,22 @@ def locked():
         yield
 
 
+@contextlib.contextmanager
+def cpu_compiles():
+    """Run CPU compiles from inside a device compile (the AD engine builds its CPU
+    specialization while a kernel is typed). numba-cuda pushes its own flags on Numba's
+    thread-local flags stack, and a CPU compile inherits options from the top of that stack
+    (``fastmath`` of another type fails); hide the device compile's flags meanwhile."""
+    from numba.core.targetconfig import ConfigStack
+    stack = ConfigStack()._stk._stack
+    saved = stack[:]
+    del stack[:]
+    try:
+        yield
+    finally:
+        stack[:] = saved
+
+
 def device_jit(py_func):
     """A CUDA device-function dispatcher for ``py_func`` (compiled lazily, per argument types)."""
     return cuda.jit(device=True)(py_func)

@@ -154,8 +154,9 @@ def prepare_gradient(g, argtypes):
     argtypes = tuple(argtypes)
     nums = api._argnums(g.argnums, len(argtypes))
     mask = tuple(i in nums for i in range(len(argtypes)))
-    target, _ = kernels.target_for(g.f, argtypes)
-    spec = kernels.specialize(target, argtypes, mask)
+    with glue.cpu_compiles():
+        target, _ = kernels.target_for(g.f, argtypes)
+        spec = kernels.specialize(target, argtypes, mask)
     kernels.check_differentiable_output(spec)
     return spec, nums
 
