@@ -42,8 +42,9 @@ def element_types(case):
 def test_map_grad_kernel_compiles_to_ptx(case):
     eltypes = element_types(case)
     mg = nrc.map_grad(case.f, case.argnums, tape=case.tape)
-    kernel, nums, out_dtypes = mg._kernel(eltypes)
-    outs = tuple(types.Array(glue.element_type(np.empty(0, dt)), 1, "C") for dt in out_dtypes)
+    kernel = mg.kernel_for(*eltypes)
+    nums = (case.argnums,) if isinstance(case.argnums, int) else case.argnums
+    outs = tuple(types.Array(eltypes[i], 1, "C") for i in nums)     # tangents: the arrays' type
     ptx = ptx_of(kernel, outs + (types.int64[::1],) + tuple(types.Array(t, 1, "C") for t in eltypes))
     assert ".entry" in ptx
     assert "malloc" not in ptx        # device code allocates nothing on the heap
@@ -162,15 +163,15 @@ def test_map_grad_kernel_is_rebuilt_when_a_method_changes():
         return scale(x) * x
 
     mg = nrc.map_grad(f)
-    k1 = mg._kernel((types.float64,))[0]
-    assert mg._kernel((types.float64,))[0] is k1         # cached while nothing changes
+    k1 = mg.kernel_for(types.float64)
+    assert mg.kernel_for(types.float64) is k1         # cached while nothing changes
     before = nrc.code(f, 1.0)
 
     @scale.method
     def scale(x: nr.Float64):
         return x * 5.5
 
-    k2 = mg._kernel((types.float64,))[0]
+    k2 = mg.kernel_for(types.float64)
     assert k2 is not k1
     assert nrc.code(f, 1.0) != before         # generated against the new method's kernels
     sig = (types.float64[::1], types.int64[::1], types.float64[::1])
@@ -214,7 +215,7 @@ def looped(x, n):
 
 def test_a_loop_that_needs_a_tape_is_refused_without_a_bound():
     with pytest.raises(nr.UnsupportedSyntaxError) as info:
-        nrc.map_grad(looped)._kernel((types.float64, types.int64))
+        nrc.map_grad(looped).kernel_for(types.float64, types.int64)
     text = str(info.value)
     assert "looped" in text and "test_cuda_ptx.py" in text and "tape=" in text
     line = looped.__code__.co_firstlineno + 3          # y = math.sin(y) + x, saved each time
@@ -222,7 +223,7 @@ def test_a_loop_that_needs_a_tape_is_refused_without_a_bound():
 
 
 def test_the_same_loop_with_a_bound_compiles():
-    kernel = nrc.map_grad(looped, tape=8)._kernel((types.float64, types.int64))[0]
+    kernel = nrc.map_grad(looped, tape=8).kernel_for(types.float64, types.int64)
     ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1], types.int64[::1]))
 
 
@@ -274,7 +275,7 @@ def test_the_benchmark_kernel_compiles_and_the_script_exits_cleanly_without_a_gp
     finally:
         sys.path.remove(str(root / "perf"))
     mg = nrc.map_grad(bench_cuda.oscillator, argnums=(0, 1))
-    kernel = mg._kernel((types.float64, types.float64))[0]
+    kernel = mg.kernel_for(types.float64, types.float64)
     ptx_of(kernel, (types.float64[::1],) * 2 + (types.int64[::1],) + (types.float64[::1],) * 2)
     proc = subprocess.run([sys.executable, str(root / "perf" / "bench_cuda.py"), "--n", "1000"],
                           env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True,
@@ -318,7 +319,7 @@ def test_float32_gradients_and_gradients_in_device_functions():
         return size(x) * np.float32(2.0) + math.sin(x)
 
     mg = nrc.map_grad(f32)
-    kernel = mg._kernel((types.float32,))[0]
+    kernel = mg.kernel_for(types.float32)
     ptx_of(kernel, (types.float32[::1], types.int64[::1], types.float32[::1]))
     g = nr.grad(f32)
 
@@ -353,7 +354,7 @@ def test_loops_of_constant_length_get_a_tape_sized_at_compile_time():
     from cuda_zoo import recurrence          # range(6), two saved values per iteration
     source = nrc.code(recurrence, 0.5)
     assert "_cuda.local.array(13, _np.float64)" in source
-    kernel = nrc.map_grad(recurrence)._kernel((types.float64,))[0]
+    kernel = nrc.map_grad(recurrence).kernel_for(types.float64)
     ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1]))
 
 

@@ -48,6 +48,12 @@ class MapGrad:
                 f"more (entries of local memory per thread)")
         return outs[0] if isinstance(self.argnums, int) else tuple(outs)
 
+    def kernel_for(self, *element_types):
+        """The ``cuda.jit`` kernel used for arrays of these element types (Numba types), with
+        the argument order ``(*gradients, need, *arrays)``: for inspection, or
+        ``cuda.compile_ptx(kernel.py_func, ...)`` on a machine without a GPU."""
+        return self._kernel(tuple(element_types))[0]
+
     def _kernel(self, eltypes):
         hit = self._kernels.get(eltypes)
         if hit is not None and hit[1].alive:
