@@ -389,3 +389,23 @@ def test_bad_options_are_refused_clearly():
         nrc.grad(two_args_local, tape=2.5)
     with pytest.raises(TypeError, match="differentiates a function"):
         nrc.map_grad(3.0)
+
+
+def test_njit_and_nr_jit_functions_calling_generic_functions_in_kernels():
+    import numba
+    scale, _ = fresh_family()
+
+    @nr.jit
+    def j(x):
+        return scale(x) + 1.0
+
+    @numba.njit
+    def k(x):
+        return scale(x) + 2.0
+
+    def kernel(out, x):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = j(x[i]) + k(x[i])
+
+    assert _hex(3.25) in ptx_of(kernel, (types.float64[::1], types.float64[::1]))
