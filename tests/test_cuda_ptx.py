@@ -382,6 +382,13 @@ def test_a_gradient_object_in_a_new_kernel_compile_sees_a_new_method():
     assert _hex(5.5) in ptx and _hex(3.25) not in ptx
 
 
+def test_map_grad_and_gradient_objects_are_reused():
+    assert nrc.map_grad(two_args_local, argnums=(0, 1)) is nrc.map_grad(two_args_local, (0, 1))
+    assert nrc.grad(two_args_local) is nr.grad(two_args_local)          # no tape: nr.grad's
+    assert nrc.grad(two_args_local, tape=8) is nrc.grad(two_args_local, tape=8)
+    assert nrc.grad(two_args_local, tape=8) is not nrc.grad(two_args_local, tape=16)
+
+
 def test_bad_options_are_refused_clearly():
     with pytest.raises(TypeError, match="tape must be a non-negative int"):
         nrc.map_grad(two_args_local, tape=-1)

@@ -217,16 +217,31 @@ def _resolve(g, argtypes):
 
 def grad(f, argnums=0, tape=0):
     """``nr.grad(f, argnums)`` whose device code keeps loop tapes of ``tape`` entries per thread."""
-    return _with_tape(api.Gradient(f, argnums, False), tape)
+    return _with_tape(f, argnums, False, tape)
 
 
 def value_and_grad(f, argnums=0, tape=0):
     """``nr.value_and_grad(f, argnums)`` with device loop tapes of ``tape`` entries per thread."""
-    return _with_tape(api.Gradient(f, argnums, True), tape)
+    return _with_tape(f, argnums, True, tape)
 
 
-def _with_tape(g, tape):
+_GRADIENTS = {}
+
+
+def _with_tape(f, argnums, with_value, tape):
     if isinstance(tape, bool) or not isinstance(tape, int) or tape < 0:
         raise TypeError(f"tape must be a non-negative int (entries per thread), not {tape!r}")
-    g._nr_device_tape = tape
+    if tape == 0:
+        return (api.value_and_grad if with_value else api.grad)(f, argnums)   # nr.grad's own
+    # One object per (f, argnums, kind, tape), like nr.grad: compiled drivers are reused.
+    try:
+        key = (f, argnums, with_value, tape)
+        g = _GRADIENTS.get(key)
+    except TypeError:            # unhashable f or argnums
+        key, g = None, None
+    if g is None:
+        g = api.Gradient(f, argnums, with_value)
+        g._nr_device_tape = tape
+        if key is not None:
+            _GRADIENTS[key] = g
     return g

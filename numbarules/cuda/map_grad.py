@@ -121,4 +121,15 @@ def map_grad(f, argnums=0, tape=0):
     ``tape``: entries of local memory per thread for loops whose iterations must save values
     (see docs/cuda.md); reduction loops and loop-free code need none.
     """
-    return MapGrad(f, argnums, tape)
+    # One object per (f, argnums, tape): its kernels are reused by every map_grad(f) call.
+    try:
+        key = (f, argnums, tape)
+        hit = _MAPS.get(key)
+    except TypeError:             # unhashable f or argnums
+        return MapGrad(f, argnums, tape)
+    if hit is None:
+        hit = _MAPS[key] = MapGrad(f, argnums, tape)
+    return hit
+
+
+_MAPS = {}
