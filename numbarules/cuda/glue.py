@@ -30,7 +30,6 @@ if not SIMULATOR:
     from numba.cuda.core import errors as cuda_errors
     from numba.cuda.core.compiler_lock import global_compiler_lock as cuda_lock
     from numba.cuda.core.imputils import lower_constant
-    from numba.cuda.core.pythonapi import NativeValue, unbox
     from numba.cuda.datamodel import models
     from numba.cuda.models import register_model
     from numba.cuda.typing.templates import AbstractTemplate
@@ -129,12 +128,9 @@ if not SIMULATOR:
 
     register_model(DeviceCallableType)(models.OpaqueModel)
 
-    @unbox(DeviceCallableType)
-    def _unbox_device_callable(typ, obj, c):
-        return NativeValue(c.context.get_dummy_value())
-
     @lower_constant(DeviceCallableType)
     def _constant_device_callable(context, builder, ty, pyval):
+        # A generic function named as a global: no data, the call was dispatched while typing.
         return context.get_dummy_value()
 
     def register_typeof(cls, numba_type):
