@@ -235,3 +235,10 @@ def test_the_device_driver_of_value_and_grad_matches_the_cpu(case):
     assert rel_err(outs[0], values) <= 1e-12
     for o, r in zip(outs[1:], ref):
         assert rel_err(o, r) <= 1e-12
+
+
+def test_non_differentiable_and_opt_out_on_the_device():
+    from cuda_zoo import declared
+    x = np.linspace(-0.5, 1.5, 8)
+    np.testing.assert_allclose(nrc.map_grad(declared)(x).copy_to_host(),
+                               np.clip(x, 0.0, 1.0) + 2.0 * x, rtol=1e-12)

@@ -193,3 +193,30 @@ def cpu_gradients(case, arrays):
     if isinstance(case.argnums, int):
         return (np.array(rows),)
     return tuple(np.array([r[k] for r in rows]) for k in range(len(case.argnums)))
+
+
+# --- non_differentiable and opt_out --------------------------------------------------------
+
+@nr.generic
+def clamp01(x: nr.Float64):
+    return min(max(x, 0.0), 1.0)
+
+
+nr.non_differentiable(clamp01, nr.Float64)
+
+
+@nr.generic
+def square(x: nr.Float64):
+    return x * x
+
+
+@nr.scalar_rule(square, nr.Float64)
+def _square_partials(x):
+    return (100.0,)              # wrong on purpose: opted out below, so it must not be used
+
+
+nr.opt_out(square, nr.Float64)
+
+
+def declared(x):
+    return clamp01(x) * x + square(x)     # gradient: clamp01(x) + 2 x

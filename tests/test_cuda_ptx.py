@@ -416,3 +416,10 @@ def test_njit_and_nr_jit_functions_calling_generic_functions_in_kernels():
             out[i] = j(x[i]) + k(x[i])
 
     assert _hex(3.25) in ptx_of(kernel, (types.float64[::1], types.float64[::1]))
+
+
+def test_non_differentiable_and_opt_out_compile_for_the_device():
+    from cuda_zoo import declared
+    kernel = nrc.map_grad(declared).kernel_for(types.float64)
+    ptx = ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1]))
+    assert _hex(100.0) not in ptx            # the opted-out rule's partial is not used
