@@ -27,3 +27,11 @@ __all__ = [
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError",
 ]
+
+
+def __getattr__(name):
+    # nr.cuda needs numba-cuda, which is optional and slow to import: loaded on first use.
+    if name == "cuda":
+        import importlib
+        return importlib.import_module(".cuda", __name__)
+    raise AttributeError(f"module 'numbarules' has no attribute {name!r}")

@@ -124,6 +124,9 @@ class _Gen:
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
         self.fusing = False
+        # Device code (numbarules.cuda): the tape capacity, a compile-time constant; None on
+        # the CPU. See device_vjp.
+        self.device = None
         self.tangent_classes = {}
         # array variables bound to a struct's array field: v -> (struct variable, field index)
         self.field_source = {}
@@ -183,16 +186,32 @@ class _Gen:
                 out.add(f"_{'n' if isinstance(x, ir.For) else 'w'}{x.id} = 0")
         tape_init = len(out.lines)
         self.block_fwd(fn.body, out, reserved=False)
-        inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})"
-                 for k in sorted(self.tapes)]
-        inits += [f"_k_{k} = 0" for k in sorted(self.tapes)]
+        inits = self.tape_inits()
         out.lines[tape_init:tape_init] = ["    " + t for t in inits]
+        self.forward_lines = out.lines
         return f"def fwd_{self.name}({', '.join(fn.params)}):\n" + "\n".join(out.lines) + "\n"
+
+    def tape_inits(self):
+        if self.device is not None:
+            # Device code cannot allocate: a per-thread local array of a fixed capacity.
+            inits = [f"_tape_{k} = _cuda.local.array({self.device}, _np.{_TAPE_DTYPES[k]})"
+                     for k in sorted(self.tapes)]
+        else:
+            inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})"
+                     for k in sorted(self.tapes)]
+        return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
 
     def push(self, out, value, t, reserved):
         if self.fusing:
             return
         k = self.tape_key(t)
+        if self.device is not None:
+            # Past the capacity the count keeps growing but nothing is stored: the vjp then
+            # returns NaN tangents and the count it needed, never a wrong gradient.
+            out.add(f"if _k_{k} < {self.device}:")
+            out.add(f"    _tape_{k}[_k_{k}] = {value}")
+            out.add(f"_k_{k} += 1")
+            return
         if not reserved:
             out.add(f"if _k_{k} == _tape_{k}.shape[0]:")
             out.add(f"    _tape_{k} = _grow(_tape_{k})")
@@ -230,7 +249,7 @@ class _Gen:
                 if id(s) in self.plan.in_loop:
                     self.push(out, n, nbt.int64, reserved)
                 out.add(f"{n} = _trip({s.start.src()}, {s.stop.src()}, {s.step.src()})")
-                if innermost:
+                if innermost and self.device is None:
                     # One capacity check per entry of an innermost loop instead of one per push.
                     # (Outer loops check each push: an inner loop's pushes would eat their
                     # reservation.)
@@ -254,6 +273,8 @@ class _Gen:
                 out.add(f"{w} += 1")
             self.block_fwd(s.body, out, False)
             out.indent -= 1
+        elif isinstance(s, ir.Return) and self.device is not None:
+            out.add(f"_y = {s.value.src()}")
         elif isinstance(s, ir.Return):
             res = ", ".join(self.residuals) + ("," if len(self.residuals) == 1 else "")
             out.add(f"return {s.value.src()}, ({res})")
@@ -318,6 +339,8 @@ class _Gen:
         lines += ["    " + h for h in header]
         lines += body.lines
         lines += ["    " + c for c in checks]
+        self.pullback_lines = ["    " + h for h in header] + body.lines
+        self.pullback_tangents = tangents
         tup = ", ".join(tangents) + ("," if len(tangents) == 1 else "")
         lines.append(f"    return ({tup})")
         return "\n".join(lines) + "\n"
@@ -401,6 +424,8 @@ class _Gen:
         out = _Out()
         out.add(f"# fused forward and reverse of {fn.name} ({fn.file}:{fn.firstline}): each "
                 f"iteration's adjoint runs right after it")
+        if self.device is not None:
+            out.add("_need = 0")   # a callee's tape overflow, reported to the caller
         start = len(out.lines)
         self.block_fwd(pre, out, reserved=False)
         tape_at = start
@@ -418,11 +443,12 @@ class _Gen:
         self.block_fwd(post[:-1], out, reserved=False)
         self.block_rev(pre, out)
         tangents = self.tangents(reads)
-        inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})" for k in sorted(self.tapes)]
-        inits += [f"_k_{k} = 0" for k in sorted(self.tapes)]
-        out.lines[tape_at:tape_at] = ["    " + t for t in inits]
+        out.lines[tape_at:tape_at] = ["    " + t for t in self.tape_inits()]
         params = ", ".join(fn.params)
-        out.add(f"return ({ret.src()}, {''.join(t + ', ' for t in tangents)})")
+        # Device code also reports a callee's tape overflow (see device_vjp); its own tapes
+        # hold only pushes outside the loop, a number known here.
+        need = "_need, " if self.device is not None else ""
+        out.add(f"return ({ret.src()}, {''.join(t + ', ' for t in tangents)}{need})")
         return (f"def vjp_{self.name}({params}{', ' if params else ''}_dout):\n"
                 + "\n".join(out.lines) + "\n")
 
@@ -648,7 +674,14 @@ class _Gen:
         if cp.kind == "derived":
             # Checkpointing: re-run the callee's forward from its saved inputs, then its pullback
             # (calling the two directly, not the fused vjp, keeps recursive pullbacks typeable).
-            out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
+            if self.device is not None:
+                # Device code: the callee's one-function vjp (its tapes live in its own frame);
+                # its results are shifted by one (the value first) and it reports its tape need.
+                out.add(f"_r = vjp_{cp.name}({', '.join(args)}, {g})")
+                out.add(f"_need = max(_need, _r[{len(e.args) + 1}])")
+                out.add(f"_r = _r[1:{len(e.args) + 1}]")
+            else:
+                out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
             for k, a in enumerate(e.args):
                 if act(a) and cp.mask[k]:
                     ta = self.types.get(a.id)
@@ -673,6 +706,43 @@ class _Gen:
 
     # --- assembly --------------------------------------------------------------------------
 
+    def device_vjp(self, capacity):
+        """``vjp_<name>(args, _dout) -> (y, tangents..., need)`` for CUDA device code.
+
+        Forward and reverse run in one function, so the tapes can be ``cuda.local.array`` of
+        ``capacity`` entries each (a residual tuple holding them could not leave the frame).
+        ``need`` is 0, or, when a tape here or in a callee overflowed, the entries it needed (the
+        tangents are NaN then). A fused reduction loop needs no tape at all.
+        """
+        self.device = capacity
+        self.residuals = ()
+        fused = self.fused_vjp()
+        if fused is not None:
+            return fused
+        self.tapes = set()
+        self.names = _Names(set(self.types) | set(self.fn.params))
+        self.pullback()
+        self.forward(self.residuals)
+        keys = sorted(self.tapes)
+        params = ", ".join(self.fn.params)
+        nan = [t if t == "None" else
+               ("_math.nan" if self.types.get(p) == nbt.float64 else f"_np.{self.types[p]}(_math.nan)")
+               for p, t in zip(self.fn.params, self.pullback_tangents)]
+        counts = ", ".join(f"_k_{k}" for k in keys)
+        where = (f"tapes of {capacity} entries in local memory" if keys else "no tape")
+        lines = [f"def vjp_{self.name}({params}{', ' if params else ''}_dout):",
+                 f"    # forward and reverse of {self.fn.name} ({self.fn.file}:{self.fn.firstline}) "
+                 f"for device code, {where}",
+                 "    _need = 0"]
+        lines += self.forward_lines
+        if keys:
+            lines += [f"    _used = max(0, {counts})",
+                      f"    if _used > {capacity}:",
+                      f"        return (_y, {''.join(t + ', ' for t in nan)}_used)"]
+        lines += self.pullback_lines
+        lines.append(f"    return (_y, {''.join(t + ', ' for t in self.pullback_tangents)}_need)")
+        return "\n".join(lines) + "\n"
+
     def build(self):
         self.residuals = ()
         bwd = self.pullback()
@@ -686,6 +756,58 @@ class _Gen:
                f"    return (_y, {outs}{',' if len(self.fn.params) == 0 else ''})\n")
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes))
+
+
+def device_tape_demand(fn, plan):
+    """(entries a tape may need, as far as known statically; line of the first saved statement
+    inside a loop whose trip count is not a constant, or None).
+
+    Device tapes have a fixed capacity. Pushes outside loops and inside ``range`` loops with
+    constant bounds are counted here (a branch counts its larger side); a loop of unknown length
+    that pushes needs a bound the user gives (``tape=``), or the device refuses it.
+    """
+    def count(stmts):
+        n, unbounded = 0, None
+        for s in stmts:
+            n += (id(s) in plan.pushes) + (
+                isinstance(s, (ir.For, ir.While)) and id(s) in plan.in_loop
+                and id(s) in plan.reverse_relevant)
+            if isinstance(s, ir.If):
+                (a, ua), (b, ub) = count(s.body), count(s.orelse)
+                n += max(a, b)
+                unbounded = unbounded or ua or ub
+            elif isinstance(s, (ir.For, ir.While)):
+                inner, u = count(s.body) if isinstance(s, ir.For) else count(s.cond + s.body)
+                trip = _constant_trip(s)
+                if inner and trip is None:
+                    u = u or _first_push_line(s.body if isinstance(s, ir.For) else s.cond + s.body,
+                                             plan)
+                elif inner:
+                    n += trip * inner
+                unbounded = unbounded or u
+        return n, unbounded
+
+    return count(fn.body)
+
+
+def _constant_trip(loop):
+    if isinstance(loop, ir.For) and all(isinstance(a, ir.Const) and isinstance(a.value, int)
+                                        for a in (loop.start, loop.stop, loop.step)):
+        return len(range(loop.start.value, loop.stop.value, loop.step.value))
+    return None
+
+
+def _first_push_line(stmts, plan):
+    for s in ir.walk(stmts):
+        if id(s) in plan.pushes or (isinstance(s, (ir.For, ir.While)) and id(s) in plan.in_loop
+                                    and id(s) in plan.reverse_relevant):
+            return s.line
+    return None
+
+
+def generate_device(fn, types, plan, name, mask, capacity):
+    """Source of the device vjp ``vjp_<name>`` (see ``_Gen.device_vjp``)."""
+    return _Gen(fn, types, plan, name, mask).device_vjp(capacity)
 
 
 def _tuple_add(acc, t, g, only=None):

@@ -1,0 +1,219 @@
+"""Generic functions in device code: compile-time dispatch to device-compiled methods.
+
+A call ``f(x)`` inside a ``@cuda.jit`` kernel or device function is typed through ``f``'s device
+type (``glue.DeviceCallableType``, one per (f, world)); its resolver picks the method on the
+lattice and returns that method's device dispatcher, compiled for the argument types. Plain
+Python helpers the device code names become ``DeviceHelper`` objects typed the same way.
+
+Every device compile we own runs inside a *frame* that collects the decisions it relied on (the
+method chosen for each generic call) and the device specializations it links; when it finishes,
+the specialization gets an engine node in the cache with those decisions and callees. A new
+method that changes a decision drops the node and, transitively, every device specialization
+(and map_grad kernel) built on it: nothing stale survives, and the next use compiles afresh.
+
+A user's own ``@cuda.jit`` kernel is a dispatcher we do not own: like a plain ``@numba.njit``
+function it keeps the decisions it was compiled with.
+"""
+
+import inspect
+import threading
+
+from .. import cache, numba_glue
+from ..dispatch import GenericFunction
+from ..errors import CompilationError, UnsupportedSyntaxError
+from ..lattice import fmt_sig, from_numba, source_location
+from . import glue
+
+_SPECS = {}                   # (method or function, argtypes) -> _DeviceSpec
+_local = threading.local()
+
+
+class _DeviceSpec:
+    __slots__ = ("dispatcher", "node")
+
+    def __init__(self, dispatcher, node):
+        self.dispatcher = dispatcher
+        self.node = node
+
+
+class _Frame:
+    def __init__(self, key):
+        self.key = key
+        self.decisions = []
+        self.callees = []
+
+
+def _frames():
+    stack = getattr(_local, "frames", None)
+    if stack is None:
+        stack = _local.frames = []
+    return stack
+
+
+def relied_on(decision=None, node=None):
+    """Tell the device compile in progress (if ours) that it relied on this."""
+    stack = _frames()
+    if stack:
+        if decision is not None:
+            stack[-1].decisions.append(decision)
+        if node is not None:
+            stack[-1].callees.append(node)
+
+
+def compile_recorded(key, label, build, on_drop):
+    """Run ``build()`` (which compiles device code) inside a frame; returns (result, node).
+
+    The node records what the compile relied on; ``on_drop`` runs when it is invalidated.
+    """
+    stack = _frames()
+    if any(fr.key == key for fr in stack):
+        raise UnsupportedSyntaxError(f"{label}: recursion is not supported in device code")
+    frame = _Frame(key)
+    stack.append(frame)
+    try:
+        result = build()
+    finally:
+        stack.pop()
+    node = cache.engine_node(label, frame.decisions, frame.callees, on_drop)
+    relied_on(node=node)
+    return result, node
+
+
+# --- generic functions ----------------------------------------------------------------------
+
+def numba_type(f):
+    """The device Numba type of generic function ``f`` at its current world."""
+    cached = f.__dict__.get("_nr_device_type")
+    if cached is None or cached[0] != f.world:
+        cached = f._nr_device_type = (f.world, glue.device_callable_type(f, f.world, _resolver(f)))
+    return cached[1]
+
+
+def _resolver(f):
+    def resolve(argtypes):
+        sig = tuple(from_numba(a) for a in argtypes)
+        # NoMethodError / AmbiguityError leave numba-cuda's typing as they are (it re-raises
+        # exceptions that are not its own): the user sees ours.
+        method = f.resolve(sig)
+        relied_on(decision=(f, sig, "method", method))
+        return specialize(method.func, argtypes, f"method {method!r}", method)
+    return resolve
+
+
+def specialize(func, argtypes, what, key_obj=None):
+    """The device dispatcher of ``func`` (a method body or a plain helper) for ``argtypes``."""
+    key = (key_obj if key_obj is not None else func, tuple(argtypes))
+    with glue.locked():
+        spec = _SPECS.get(key)
+        if spec is not None and spec.node.alive:
+            relied_on(node=spec.node)
+            return spec.dispatcher
+        disp = glue.device_jit(prepare(func))
+
+        def build():
+            try:
+                glue.compile_device(disp, argtypes)
+            except glue.NumbaErrors as exc:
+                raise _compile_error(func, what, argtypes, exc) from None
+
+        def drop():
+            if _SPECS.get(key) is spec:
+                del _SPECS[key]
+
+        _, node = compile_recorded(key, f"device {what}", build, drop)
+        spec = _SPECS[key] = _DeviceSpec(disp, node)
+        return disp
+
+
+def _compile_error(func, what, argtypes, exc):
+    file, line = source_location(func)
+    sig = fmt_sig(tuple(from_numba(a) for a in argtypes))
+    return CompilationError(
+        f"{what} defined at {file}:{line} could not be compiled for the device at {sig}:\n"
+        f"{glue.error_text(exc)}\nDevice code is per-thread Numba code: no allocation (NumPy "
+        f"array creation, lists), no Python objects; see docs/cuda.md.",
+        function=func, argtypes=argtypes, file=file, line=line)
+
+
+# --- plain helpers and the namespaces of device code -----------------------------------------
+
+class DeviceHelper:
+    """A plain Python function called from device code: compiled per argument types like a
+    method (with its decisions recorded); in the simulator, called as Python."""
+
+    def __init__(self, func):
+        self.func = func
+        self.__name__ = getattr(func, "__name__", "helper")
+        self._type = None
+
+    def __call__(self, *args):
+        return self.func(*args)
+
+    def __repr__(self):
+        return f"<device helper {getattr(self.func, '__qualname__', self.__name__)}>"
+
+    @property
+    def _numba_type_(self):
+        # Only numba-cuda's typeof reaches this (DeviceHelpers live in device namespaces only).
+        if self._type is None:
+            self._type = glue.device_callable_type(self, 0, lambda argtypes: specialize(
+                self.func, argtypes, f"function {getattr(self.func, '__qualname__', self.__name__)}"))
+        return self._type
+
+
+_HELPERS = {}
+
+
+def helper(func):
+    hit = _HELPERS.get(func)
+    if hit is None:
+        hit = _HELPERS[func] = DeviceHelper(func)
+    return hit
+
+
+def device_value(value):
+    """What device code should see for ``value`` named in a namespace: our CPU dispatchers and
+    plain Python functions become device helpers; everything else is left as it is."""
+    if isinstance(value, GenericFunction) or isinstance(value, DeviceHelper):
+        return value
+    if isinstance(value, numba_glue.Dispatcher):
+        return helper(value.py_func)       # an nr.jit helper or a kernel of ours
+    if cache.is_plain(value):
+        return helper(value)
+    return value
+
+
+def device_namespace(ns):
+    return {k: device_value(v) for k, v in ns.items()}
+
+
+def prepare(func):
+    """``func`` with the names device code cannot call as they are replaced (``device_value``)."""
+    names = set()
+    stack = [func.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack += [c for c in code.co_consts if inspect.iscode(c)]
+    glb = func.__globals__
+    swaps = {n: device_value(glb[n]) for n in names if n in glb}
+    swaps = {n: v for n, v in swaps.items() if v is not glb[n]}
+    cells = func.__closure__ or ()
+    new_cells = tuple(_swapped_cell(c) for c in cells)
+    if not swaps and all(a is b for a, b in zip(new_cells, cells)):
+        return func
+    new_glb = dict(glb)
+    new_glb.update(swaps)
+    new = type(func)(func.__code__, new_glb, func.__name__, func.__defaults__, new_cells or None)
+    new.__qualname__ = func.__qualname__
+    new.__module__ = func.__module__
+    return new
+
+
+def _swapped_cell(cell):
+    try:
+        value = cell.cell_contents
+    except ValueError:          # an empty cell
+        return cell
+    new = device_value(value)
+    return cell if new is value else (lambda: new).__closure__[0]
