@@ -216,6 +216,8 @@ class _DiskSlot:
                 except Exception as exc:   # noqa: BLE001 - as corrupt as a bad checksum
                     diskcache.discard(path, f"cannot rebuild: {exc}")
                     cres = None
+                if cres is not None and tuple(cres.signature.args) != argtypes:
+                    cres = None      # types that do not survive pickling (see save_overload)
                 if cres is not None:
                     node = _NODES[(self.disp, argtypes)] = Node(self.disp, argtypes, self.label)
                     for decision in adopted:
@@ -233,6 +235,10 @@ class _DiskSlot:
         decisions = _portable_decisions(node) if node is not None else None
         if decisions is None:
             return              # something it relied on cannot be named in another process
+        if not numba_glue.survives_pickling(args):
+            # A struct class defined inside a function pickles by value: another process would
+            # get a class of the same name that is not the one its arguments have.
+            return
         payload = numba_glue.serialize_result(cres)
         if payload is None:
             return

@@ -448,6 +448,15 @@ def serialize(obj):
     return numba_serialize.dumps(obj)
 
 
+def survives_pickling(argtypes):
+    """Whether ``argtypes`` come back equal from pickling (classes named by reference)."""
+    import pickle
+    try:
+        return pickle.loads(serialize(tuple(argtypes))) == tuple(argtypes)
+    except Exception:   # noqa: BLE001 - anything that does not round-trip is not stored
+        return False
+
+
 def serialize_result(cres):
     """The compiled code of ``cres`` as bytes, or None when Numba cannot cache it (code lifted to
     object mode, dynamic globals such as addresses of Python objects)."""

@@ -261,3 +261,21 @@ def test_bench_command_runs_every_script_and_reports_failures(tmp_path, monkeypa
     assert "\n=== bench_ok.py --quick" in lines and "failed: bench_bad.py (exit 3)" in lines[-1]
     monkeypatch.undo()
     assert cli.perf_directory() == os.path.join(ROOT, "perf")
+
+
+def test_demo_twice_on_one_cache(tmp_path):
+    # The demo defines its struct and generic functions inside a function: a struct class that
+    # pickles by value must never be stored (the loaded signature would name another class).
+    environ = dict(os.environ, NUMBARULES_CACHE="1", NUMBARULES_CACHE_DIR=str(tmp_path / "c"),
+                   PYTHONPATH=ROOT)
+    outs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "numbarules.cli", "demo"], env=environ,
+                              capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout)
+    for line in ("mean_entry(A, 4) = 1.875   (picked up the new method)",
+                 "recompiled 2 specializations",
+                 "grad(my_sum)(D) = Tangent[Diagonal](diag=array([1., 1., 1.]))",
+                 "grad(my_sum)(A32) = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]"):
+        assert line in outs[0] and line in outs[1]
