@@ -339,6 +339,8 @@ def _refuse_argument_writes(fn, types):
     for s in ir.walk(fn.body):
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
             bound[s.target] = s.expr.a.id
+        elif isinstance(s, ir.Assign) and analysis.view_base(s.expr, types) is not None:
+            bound[s.target] = analysis.view_base(s.expr, types)   # a slice writes its base
     for s in ir.walk(fn.body):
         if isinstance(s, ir.Store):
             root = s.array

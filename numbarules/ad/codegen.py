@@ -114,6 +114,7 @@ class _Gen:
     def __init__(self, fn, types, plan, name, mask):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
         self.calls = plan.calls
+        self.views = plan.views or {}
         self.mask = tuple(mask)
         self.names = _Names(set(types) | set(fn.params))
         self.sites = {}
@@ -199,6 +200,21 @@ class _Gen:
         out.add(f"_tape_{k}[_k_{k}] = {value}")
         out.add(f"_k_{k} += 1")
 
+    def push_view(self, out, view, t):
+        """Save the elements a slice assignment overwrites (the tape grows as needed)."""
+        if self.fusing:
+            return
+        k = self.tape_key(t)
+        out.add(f"_tape_{k} = _push_view(_tape_{k}, _k_{k}, {view})")
+        out.add(f"_k_{k} += {view}.size")
+
+    def pop_view(self, out, view, t):
+        k = self.tape_key(t)
+        out.add(f"_k_{k} -= {view}.size")
+        out.add(f"{view} = _tape_{k}[_k_{k}:_k_{k} + {view}.size].reshape({view}.shape)")
+        out.read(f"_tape_{k}")
+        out.read(f"_k_{k}")
+
     def block_fwd(self, stmts, out, reserved):
         for s in stmts:
             self.stmt_fwd(s, out, reserved)
@@ -212,7 +228,9 @@ class _Gen:
             out.add(f"{s.target} = {ir.expr_src(s.expr)}")
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
-            if pushed:
+            if pushed and ir.has_slice(s.index):
+                self.push_view(out, f"{s.array}[{idx}]", self.pushed_type(s))
+            elif pushed:
                 self.push(out, f"{s.array}[{idx}]", self.pushed_type(s), reserved)
             out.add(f"{s.array}[{idx}] = {s.value.src()}")
         elif isinstance(s, ir.If):
@@ -356,11 +374,27 @@ class _Gen:
             elif plan.alias_of.get(v, v) == v:
                 header.append(f"{d(v)} = _np.zeros_like({v})")
                 reads.add(v)
-        for v in arrays:
-            if plan.alias_of.get(v, v) != v:
-                header.append(f"{d(v)} = {d(plan.alias_of[v])}")
+        # Aliases and views in program order: each is bound to its direct source's adjoint (a
+        # view to the same view of it), so writes through either array reach both adjoints.
+        for s in ir.walk(self.fn.body):
+            if isinstance(s, ir.Assign) and s.target in plan.active and is_float_array(
+                    self.types.get(s.target)) and plan.alias_of.get(s.target, s.target) != s.target:
+                header.append(f"{d(s.target)} = {self.adjoint_view(s, reads)}")
         header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
         return header
+
+    def adjoint_view(self, s, reads):
+        """The adjoint of ``s.target`` as a view of its source's adjoint."""
+        d, e = self.names.d, s.expr
+        if isinstance(e, ir.Atom):
+            return d(e.a.id)
+        if isinstance(e, ir.Index):
+            reads.update(a.id for a in ir.index_atoms(e.index) if isinstance(a, ir.Name))
+            return f"{d(e.a.id)}[{', '.join(i.src() for i in e.index)}]"
+        if isinstance(e, ir.Attr) or e.name == "transpose":
+            return f"{d(e.a.id if isinstance(e, ir.Attr) else e.obj.id)}.T"
+        reads.add(s.target)      # reshape, ravel
+        return f"{d(e.obj.id)}.reshape({s.target}.shape)"
 
     def tangents(self, reads):
         tangents = []
@@ -475,13 +509,19 @@ class _Gen:
                 self.pop(out, s.target, self.pushed_type(s))
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
-            [out.read(a.id) for a in s.index if isinstance(a, ir.Name)]
+            [out.read(a.id) for a in ir.index_atoms(s.index) if isinstance(a, ir.Name)]
             if s.array in plan.active:
                 if isinstance(s.value, ir.Name) and s.value.id in plan.active:
-                    out.add(f"{d(s.value.id)} += {d(s.array)}[{idx}]")
+                    g = f"{d(s.array)}[{idx}]"
+                    if ir.has_slice(s.index):
+                        # the value was broadcast into the slice: sum over the broadcast axes
+                        g = f"_np.sum({g})" if self.rank(s.value) == 0 else f"_ub({g}, {s.value.id})"
+                        out.read(s.value.id)
+                    out.add(f"{d(s.value.id)} += {g}")
                 out.add(f"{d(s.array)}[{idx}] = 0.0")
             if id(s) in plan.pushes:
-                self.pop(out, f"{s.array}[{idx}]", self.pushed_type(s))
+                pop = self.pop_view if ir.has_slice(s.index) else self.pop
+                pop(out, f"{s.array}[{idx}]", self.pushed_type(s))
                 out.read(s.array)
         elif isinstance(s, ir.If):
             if isinstance(s.test, ir.Name):
@@ -585,14 +625,12 @@ class _Gen:
             ta = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
             if act(e.a) and is_float_tuple(ta):
                 out.add(f"{d(e.a.id)} = {_tuple_add(d(e.a.id), ta, g, only=e.index[0].value)}")
-            elif act(e.a):
+            elif act(e.a) and s.target not in self.views:   # a view shares its base's adjoint
                 idx = ", ".join(src(i) for i in e.index)
                 out.add(f"{d(e.a.id)}[{idx}] += {g}")
         elif isinstance(e, ir.Attr):
             ts = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
-            if act(e.a) and is_float_array(ts) and e.attr == "T":
-                out.add(f"{d(e.a.id)} += {g}.T")
-            elif act(e.a) and is_float_struct(ts) and is_float(t):
+            if act(e.a) and is_float_struct(ts) and is_float(t):
                 k = ts.instance_class._fields.index(e.attr)
                 out.add(f"{d(e.a.id)} = {self.tangent_class(ts)}"
                         f"{_tuple_add(d(e.a.id), ts, g, only=k)}")
@@ -600,6 +638,8 @@ class _Gen:
         elif isinstance(e, ir.MethodCall):
             if e.name == "copy" and act(e.obj):
                 out.add(f"{d(e.obj.id)} += {g}")
+            elif e.name in ("ravel", "flatten") and act(e.obj) and s.target not in self.views:
+                out.add(f"{d(e.obj.id)} += {g}.reshape({src(e.obj)}.shape)")
         elif isinstance(e, ir.Call):
             self.call_adjoint(s, e, out, act, src, g)
 
@@ -825,7 +865,7 @@ def _reads_of(s):
     if isinstance(s, ir.Assign):
         atoms = s.expr.atoms()
     elif isinstance(s, ir.Store):
-        atoms = tuple(s.index) + (s.value, ir.Name(s.array))
+        atoms = ir.index_atoms(s.index) + (s.value, ir.Name(s.array))
     elif isinstance(s, ir.If):
         atoms = (s.test,)
     elif isinstance(s, ir.For):
