@@ -79,6 +79,7 @@ class _Out:
         self.pending = None
         self.local = [set()]     # names the reverse sweep has set in the current loop scope
         self.fresh = set()       # adjoints whose single contribution the current statement makes
+        self.casts = {}          # adjoint arrays of a dtype other than float64 -> their dtype
 
     def add(self, text):
         if self.pending:
@@ -89,7 +90,12 @@ class _Out:
             if name in self.fresh and rest[:3] in ("+= ", "-= "):
                 # The one contribution this adjoint gets: assign it (no 0.0 + g to keep).
                 self.fresh.discard(name)
-                text = f"{name} = {rest[3:]}" if rest[0] == "+" else f"{name} = -({rest[3:]})"
+                expr = rest[3:] if rest[0] == "+" else f"-({rest[3:]})"
+                if name in self.casts:
+                    # Accumulating into an array keeps its dtype; an assignment must keep it too
+                    # (a float32 adjoint would otherwise turn float64 through a float constant).
+                    expr = f"_cast({expr}, _np.{self.casts[name]})"
+                text = f"{name} = {expr}"
         self.lines.append("    " * self.indent + text)
 
     def read(self, name):
@@ -128,6 +134,10 @@ class _Gen:
         self.tangent_classes = {}
         # array variables bound to a struct's array field: v -> (struct variable, field index)
         self.field_source = {}
+        # structs built in this function from differentiated values (one top-level binding each)
+        self.built = {s.target for s in ir.walk(fn.body) if isinstance(s, ir.Assign)
+                      and isinstance(s.expr, ir.Call) and id(s.expr) in plan.calls
+                      and plan.calls[id(s.expr)].kind == "struct"}
         for s in ir.walk(fn.body):
             if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Attr) \
                     and isinstance(s.expr.a, ir.Name) and s.target in plan.active \
@@ -363,25 +373,44 @@ class _Gen:
         arrays = sorted(v for v in plan.active if is_float_array(self.types.get(v)))
         for v in sorted(plan.active):
             t = self.types.get(v)
-            if is_float_struct(t):
+            if is_float_struct(t) and v not in self.built:
                 header.append(f"{d(v)} = {self.struct_zero(v, t, reads)}")
         for v in arrays:
-            field = self.field_source.get(v)
-            if field is not None:
-                header.append(f"{d(v)} = {d(field[0])}[{field[1]}]")
-            elif v in self.forwarded:
-                continue        # assigned by its single reader
-            elif plan.alias_of.get(v, v) == v:
+            if v in self.field_source or v in self.forwarded:
+                continue        # bound below / assigned by its single reader
+            if plan.alias_of.get(v, v) == v:
                 header.append(f"{d(v)} = _np.zeros_like({v})")
                 reads.add(v)
-        # Aliases and views in program order: each is bound to its direct source's adjoint (a
-        # view to the same view of it), so writes through either array reach both adjoints.
+        # Then in program order, each bound to its source's adjoint so that writes through either
+        # array reach both: aliases and views (a view to the same view of it), struct fields, and
+        # structs built here (their array fields are the very arrays they were built from).
         for s in ir.walk(self.fn.body):
-            if isinstance(s, ir.Assign) and s.target in plan.active and is_float_array(
-                    self.types.get(s.target)) and plan.alias_of.get(s.target, s.target) != s.target:
-                header.append(f"{d(s.target)} = {self.adjoint_view(s, reads)}")
+            v = s.target if isinstance(s, ir.Assign) and s.target in plan.active else None
+            if v in self.built:
+                header.append(f"{d(v)} = {self.built_tangent(s, reads)}")
+            elif v in self.field_source:
+                struct, k = self.field_source[v]
+                header.append(f"{d(v)} = {d(struct)}[{k}]")
+            elif v is not None and is_float_array(self.types.get(v)) \
+                    and plan.alias_of.get(v, v) != v:
+                header.append(f"{d(v)} = {self.adjoint_view(s, reads)}")
         header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
         return header
+
+    def built_tangent(self, s, reads):
+        """The tangent of a struct built here: array fields share the adjoints of the arrays
+        passed in; float fields start at zero (the constructor's adjoint hands them back)."""
+        t = self.types[s.target]
+        parts = []
+        for k, (a, e) in enumerate(zip(s.expr.args, t)):
+            if is_float_array(e) and isinstance(a, ir.Name) and a.id in self.plan.active:
+                parts.append(self.names.d(a.id))
+            elif is_float_array(e):
+                parts.append(f"_np.zeros_like({s.target}[{k}])")
+                reads.add(s.target)
+            else:
+                parts.append(self.zero(e) if is_float(e) else "None")
+        return f"{self.tangent_class(t)}({', '.join(parts)})"
 
     def adjoint_view(self, s, reads):
         """The adjoint of ``s.target`` as a view of its source's adjoint."""
@@ -502,6 +531,8 @@ class _Gen:
         out.comment(self.fn, s.line)
         plan, d = self.plan, self.names.d
         out.fresh = {d(v) for v in self.forwarded_by.get(id(s), ())}
+        out.casts = {d(v): self.types[v].dtype for v in self.forwarded_by.get(id(s), ())
+                     if is_float_array(self.types[v]) and self.types[v].dtype != nbt.float64}
         if isinstance(s, ir.Assign):
             if s.target in plan.active:
                 self.adjoint(s, out)
@@ -670,6 +701,12 @@ class _Gen:
             return
         if cp.kind == "identity":
             out.add(f"{d(e.args[0].id)} += {g}")
+            return
+        if cp.kind == "struct":
+            # float fields hand their tangent back; array fields share it (see built_tangent)
+            for k, a in enumerate(e.args):
+                if act(a) and is_float(self.types.get(a.id)):
+                    out.add(f"{d(a.id)} += {g}[{k}]")
             return
         args = [src(a) for a in e.args]
         if cp.kind == "scalar":
@@ -854,11 +891,15 @@ def _forwardable(fn, types, plan):
             continue
         if is_float_array(t) and not (isinstance(reader, ir.Assign)
                                       and not isinstance(reader.expr, ir.Index)
+                                      and not plan.calls.get(id(reader.expr), _NO_PLAN).kind == "struct"
                                       and not isinstance(sites[v][0].expr, ir.Attr)):
             continue      # element-wise contributions (d[i] += g) accumulate; field aliases too
         names.add(v)
         by_reader.setdefault(id(reader), set()).add(v)
     return names, by_reader
+
+
+_NO_PLAN = CallPlan("none")
 
 
 def _reads_of(s):

@@ -46,7 +46,19 @@ def _iadd(acc, x):
     acc += x
 
 
-HELPERS = {"_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
+def _cast(x, dtype):
+    """``x`` as an array of ``dtype``, copied only when its dtype differs (compiled code)."""
+    return np.asarray(x, dtype)
+
+
+@overload(_cast)
+def _cast_impl(x, dtype):
+    if isinstance(x, types.Array) and x.dtype == getattr(dtype, "instance_type", None):
+        return lambda x, dtype: x
+    return lambda x, dtype: x.astype(dtype)
+
+
+HELPERS = {"_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
            "_push_view": _push_view, "_np": np}
 
 
