@@ -150,6 +150,14 @@ def _mean(x):
     return np.mean(x), mean_pullback
 
 
+@rrule(np.sum, AbstractFloat)
+def _sum_scalar(x):
+    # np.sum of a reduction's scalar result (a vector reduced along its axis) is the identity
+    def sum_scalar_pullback(dy):
+        return (dy,)
+    return np.sum(x), sum_scalar_pullback
+
+
 @rrule(np.sum, Vector[AbstractFloat], Integer)
 def _sum_vector_axis(x, axis):
     n = x.shape[0]
