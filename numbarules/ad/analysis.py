@@ -296,9 +296,16 @@ def _check_views(fn, stmts, types, active, alias, view_of):
         if v in active and id(s) not in top:
             raise UnsupportedSyntaxError(
                 f"a view (slice, .T or reshape) of a differentiated array taken inside a branch "
-                f"or loop\n  File \"{fn.file}\", line {s.line}, in {fn.name}\n"
+                f"or loop\n{_where(fn, s.line)}\n"
                 f"Hint: take the view once before the branch or loop, or index elements "
                 f"(x[i, j]) inside it.")
+
+
+def _where(fn, line):
+    """The traceback-style location of ``line`` with its source text."""
+    k = line - fn.firstline
+    text = fn.source_lines[k].strip() if 0 <= k < len(fn.source_lines) else ""
+    return f'  File "{fn.file}", line {line}, in {fn.name}' + (f"\n    {text}" if text else "")
 
 
 #: Array methods and attributes whose adjoint the engine knows (the others would silently get none).
@@ -318,8 +325,7 @@ def _check_array_methods(fn, stmts, types, active):
         else:
             continue
         raise UnsupportedSyntaxError(
-            f"{what} on a differentiated array\n"
-            f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
+            f"{what} on a differentiated array\n{_where(fn, s.line)}\n"
             f"Hint: call the NumPy function (np.{getattr(e, 'name', getattr(e, 'attr', ''))}(x, "
             f"...)) if numbarules has a rule for it, or write one with nr.rrule.")
 
