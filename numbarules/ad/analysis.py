@@ -156,18 +156,15 @@ def views(fn, types):
 
 def view_base(expr, types):
     """The array ``expr`` is a view of, or None."""
-    if isinstance(expr, ir.Atom) or not isinstance(getattr(expr, "a", getattr(expr, "obj", None)),
-                                                  ir.Name):
+    base = expr.obj if isinstance(expr, ir.MethodCall) else getattr(expr, "a", None)
+    if not (isinstance(base, ir.Name) and isinstance(types.get(base.id), nbt.Array)):
         return None
-    if isinstance(expr, ir.Index) and isinstance(types.get(expr.a.id), nbt.Array):
-        return expr.a.id
-    if isinstance(expr, ir.Attr) and expr.attr == "T" and isinstance(types.get(expr.a.id), nbt.Array):
-        return expr.a.id
-    if isinstance(expr, ir.MethodCall) and isinstance(types.get(expr.obj.id), nbt.Array):
-        layout = types[expr.obj.id].layout
-        if expr.name == "reshape" or expr.name == "transpose" and not expr.args \
-                or expr.name == "ravel" and layout == "C":
-            return expr.obj.id
+    if isinstance(expr, ir.Index) or isinstance(expr, ir.Attr) and expr.attr == "T":
+        return base.id
+    if isinstance(expr, ir.MethodCall) and (
+            expr.name == "reshape" or expr.name == "transpose" and not expr.args
+            or expr.name == "ravel" and types[base.id].layout == "C"):
+        return base.id
     return None
 
 
