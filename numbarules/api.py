@@ -49,6 +49,7 @@ class Gradient:
 
     def __call__(self, *args):
         cache.install_entry(self, _arities(self.f), lambda a: None)
+        type(self).__call__ = staticmethod(_locating(type(self).__call__, self.f))
         return type(self).__call__(*args)
 
     @property
@@ -92,6 +93,40 @@ class Gradient:
                            persist=("driver", self))
         self._drivers[argtypes] = (disp, node)
         return disp
+
+
+def _locating(entry, f):
+    """``entry`` with the errors compiled code raises at run time (a shape mismatch: ValueError,
+    an index out of range: IndexError) traced to the user's line.
+
+    Compiled code reports no line, and the one it would report is in generated kernels. Running
+    the user's function in Python on the same arguments raises NumPy's own error at the user's
+    line; that is the error raised, noting where it came from. An error the primal does not
+    reproduce (from a pullback) is raised as it was.
+    """
+    def call(*args):
+        try:
+            return entry(*args)
+        except (ValueError, IndexError) as exc:
+            user = _python_error(f, args)
+            if user is None:
+                raise
+            user.add_note(f"(raised running the gradient of {getattr(f, '__qualname__', f)} in "
+                          f"compiled code as {type(exc).__name__}: {exc}; shown here from the "
+                          f"same function run in Python)")
+            raise user from None
+    return call
+
+
+def _python_error(f, args):
+    """The exception ``f(*args)`` raises when run as Python (methods run their own body), or None."""
+    try:
+        func = f.which(*args).func if isinstance(f, GenericFunction) else (
+            f.py_func if numba_glue.is_dispatcher(f) else f)
+        func(*args)
+    except Exception as exc:   # noqa: BLE001 - whatever the user's code raises is the answer
+        return exc
+    return None
 
 
 def _argnums(argnums, n):

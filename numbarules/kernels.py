@@ -286,11 +286,13 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     if f is np.full:
         return codegen.CallPlan("full")
     if isstruct(f):
-        raise UnsupportedSyntaxError(
-            f"building the struct {f!r} from differentiated values\n"
-            f'  File "{spec.fn.file}", line {stmt.line}, in {spec.func.__qualname__}\n'
-            f"Hint: pass the struct in as an argument (its tangent is nr.Tangent[{f!r}]), or "
-            f"write a rule (nr.rrule) for this function.")
+        if not any(stmt is s for s in spec.fn.body) or call.kwargs:
+            raise UnsupportedSyntaxError(
+                f"building the struct {f!r} from differentiated values inside a branch or loop\n"
+                f'  File "{spec.fn.file}", line {stmt.line}, in {spec.func.__qualname__}\n'
+                f"Hint: build it once at the top level of the function (its tangent is bound "
+                f"when the pullback starts), with positional arguments.")
+        return codegen.CallPlan("struct")
     argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
                      for a in call.args)
     try:
@@ -342,6 +344,8 @@ def _refuse_argument_writes(fn, types):
     for s in ir.walk(fn.body):
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
             bound[s.target] = s.expr.a.id
+        elif isinstance(s, ir.Assign) and analysis.view_base(s.expr, types) is not None:
+            bound[s.target] = analysis.view_base(s.expr, types)   # a slice writes its base
     for s in ir.walk(fn.body):
         if isinstance(s, ir.Store):
             root = s.array

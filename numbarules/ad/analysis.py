@@ -64,6 +64,7 @@ class Plan:
     alias_of: dict             # array variable -> representative of its alias class
     in_loop: frozenset         # id() of statements inside some loop
     reverse_relevant: frozenset  # id() of statements the reverse pass must visit
+    views: dict = None         # array variable -> the Assign that made it a view of another
 
 
 def plan(fn, types, mask, classify):
@@ -78,8 +79,11 @@ def plan(fn, types, mask, classify):
     for s in stmts:
         if isinstance(s, ir.For):
             sites.setdefault(s.var, []).append(s)
-    alias = _alias_classes(stmts, types)
+    view_of = views(fn, types)
+    alias = _alias_classes(stmts, types, view_of)
     active = _activity(fn, stmts, types, mask, alias)
+    _check_views(fn, stmts, types, active, alias, view_of)
+    _check_array_methods(fn, stmts, types, active)
     _check_arrays(fn, stmts, types, active, sites, in_loop)
     calls = {}
     for s in stmts:
@@ -106,7 +110,8 @@ def plan(fn, types, mask, classify):
         tests |= more
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
                 {k: tuple(v) for k, v in recompute.items()}, alias,
-                frozenset(in_loop), frozenset(relevant))
+                frozenset(in_loop), frozenset(relevant),
+                {v: s for v, s in view_of.items() if v in active})
 
 
 def _target(s):
@@ -132,8 +137,39 @@ def _in_loop(body, inside=False, out=None):
     return out
 
 
-def _alias_classes(stmts, types):
-    """Array variables bound to the same array object (``b = a``) share one adjoint array."""
+def views(fn, types):
+    """Array variables that share memory with another array: v -> the statement binding it.
+
+    Slices (``x[a:b]``, ``x[:, j]``, ``x[i]`` of a matrix), ``x.T`` / ``x.transpose()`` and
+    ``x.reshape(...)`` are views in NumPy and Numba; ``x.ravel()`` is one when Numba types x as
+    C-contiguous (it copies otherwise, checked at compile time). A write through either array
+    changes the other, so the view's adjoint is the same slice of its base's adjoint: every
+    contribution, and every zeroing by a store's adjoint, reaches both.
+    """
+    out = {}
+    for s in ir.walk(fn.body):
+        if isinstance(s, ir.Assign) and isinstance(types.get(s.target), nbt.Array) \
+                and view_base(s.expr, types) is not None:
+            out[s.target] = s
+    return out
+
+
+def view_base(expr, types):
+    """The array ``expr`` is a view of, or None."""
+    base = expr.obj if isinstance(expr, ir.MethodCall) else getattr(expr, "a", None)
+    if not (isinstance(base, ir.Name) and isinstance(types.get(base.id), nbt.Array)):
+        return None
+    if isinstance(expr, ir.Index) or isinstance(expr, ir.Attr) and expr.attr == "T":
+        return base.id
+    if isinstance(expr, ir.MethodCall) and (
+            expr.name == "reshape" or expr.name == "transpose" and not expr.args
+            or expr.name == "ravel" and types[base.id].layout == "C"):
+        return base.id
+    return None
+
+
+def _alias_classes(stmts, types, view_of):
+    """Array variables that share memory (``b = a``, views) share one alias class."""
     parent = {}
 
     def find(v):
@@ -145,6 +181,8 @@ def _alias_classes(stmts, types):
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name) \
                 and isinstance(types.get(s.target), nbt.Array):
             parent[find(s.target)] = find(s.expr.a.id)
+    for v, s in view_of.items():
+        parent[find(v)] = find(view_base(s.expr, types))
     return {v: find(v) for v in parent}
 
 
@@ -247,6 +285,48 @@ def _check_arrays(fn, stmts, types, active, sites, in_loop):
                 f"and update its elements in place (x[i] = ...).")
 
 
+def _check_views(fn, stmts, types, active, alias, view_of):
+    """A differentiated view's adjoint is bound once, when the pullback starts: the view must be
+    taken once, at the top level of the function."""
+    top = {id(s) for s in fn.body}
+    for v, s in view_of.items():
+        if v in active and id(s) not in top:
+            raise UnsupportedSyntaxError(
+                f"a view (slice, .T or reshape) of a differentiated array taken inside a branch "
+                f"or loop\n{_where(fn, s.line)}\n"
+                f"Hint: take the view once before the branch or loop, or index elements "
+                f"(x[i, j]) inside it.")
+
+
+def _where(fn, line):
+    """The traceback-style location of ``line`` with its source text."""
+    k = line - fn.firstline
+    text = fn.source_lines[k].strip() if 0 <= k < len(fn.source_lines) else ""
+    return f'  File "{fn.file}", line {line}, in {fn.name}' + (f"\n    {text}" if text else "")
+
+
+#: Array methods and attributes whose adjoint the engine knows (the others would silently get none).
+_ARRAY_METHODS = {"copy", "reshape", "ravel", "flatten", "transpose"}
+
+
+def _check_array_methods(fn, stmts, types, active):
+    for s in stmts:
+        if not (isinstance(s, ir.Assign) and s.target in active):
+            continue
+        e = s.expr
+        if isinstance(e, ir.MethodCall) and e.name not in _ARRAY_METHODS \
+                or isinstance(e, ir.MethodCall) and e.name == "transpose" and e.args:
+            what = f"the array method .{e.name}({'...' if e.args else ''})"
+        elif isinstance(e, ir.Attr) and isinstance(types.get(e.a.id), nbt.Array) and e.attr != "T":
+            what = f"the array attribute .{e.attr}"
+        else:
+            continue
+        raise UnsupportedSyntaxError(
+            f"{what} on a differentiated array\n{_where(fn, s.line)}\n"
+            f"Hint: call the NumPy function (np.{getattr(e, 'name', getattr(e, 'attr', ''))}(x, "
+            f"...)) if numbarules has a rule for it, or write one with nr.rrule.")
+
+
 def _recomputable(body, sites, types):
     """loop id -> statements directly in that loop's body that the reverse pass re-executes."""
     out = {}
@@ -280,7 +360,8 @@ def _recomputable_in(loop, sites, types):
             if isinstance(sub, ir.Assign):
                 read_before.update(_reads(sub.expr))
             elif isinstance(sub, ir.Store):
-                read_before.update(n.id for n in (sub.value, *sub.index) if isinstance(n, ir.Name))
+                read_before.update(n.id for n in (sub.value, *ir.index_atoms(sub.index))
+                                   if isinstance(n, ir.Name))
             elif isinstance(sub, ir.If) and isinstance(sub.test, ir.Name):
                 read_before.add(sub.test.id)
     return chosen
@@ -326,7 +407,7 @@ def _needed(stmts, active, recompute, callee_reads, tests):
         if isinstance(s, ir.Assign) and s.target in active:
             need.update(adjoint_reads(s.expr, active, callee_reads))
         elif isinstance(s, ir.Store) and s.array in active:
-            need.update(a.id for a in s.index if isinstance(a, ir.Name))
+            need.update(a.id for a in ir.index_atoms(s.index) if isinstance(a, ir.Name))
         elif isinstance(s, ir.For):
             need.update(a.id for a in (s.start, s.step) if isinstance(a, ir.Name))
     # Recomputed statements need their own operands.
@@ -356,7 +437,7 @@ def adjoint_reads(expr, active, callee_reads):
             return names(a, b)
         return []
     if isinstance(expr, ir.Index):
-        return names(*expr.index)
+        return names(*ir.index_atoms(expr.index))
     if isinstance(expr, ir.Call):
         if callee_reads(expr):
             return names(*expr.args)

@@ -79,6 +79,7 @@ class _Out:
         self.pending = None
         self.local = [set()]     # names the reverse sweep has set in the current loop scope
         self.fresh = set()       # adjoints whose single contribution the current statement makes
+        self.casts = {}          # adjoint arrays of a dtype other than float64 -> their dtype
 
     def add(self, text):
         if self.pending:
@@ -89,7 +90,12 @@ class _Out:
             if name in self.fresh and rest[:3] in ("+= ", "-= "):
                 # The one contribution this adjoint gets: assign it (no 0.0 + g to keep).
                 self.fresh.discard(name)
-                text = f"{name} = {rest[3:]}" if rest[0] == "+" else f"{name} = -({rest[3:]})"
+                expr = rest[3:] if rest[0] == "+" else f"-({rest[3:]})"
+                if name in self.casts:
+                    # Accumulating into an array keeps its dtype; an assignment must keep it too
+                    # (a float32 adjoint would otherwise turn float64 through a float constant).
+                    expr = f"_cast({expr}, _np.{self.casts[name]})"
+                text = f"{name} = {expr}"
         self.lines.append("    " * self.indent + text)
 
     def read(self, name):
@@ -114,6 +120,7 @@ class _Gen:
     def __init__(self, fn, types, plan, name, mask):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
         self.calls = plan.calls
+        self.views = plan.views or {}
         self.mask = tuple(mask)
         self.names = _Names(set(types) | set(fn.params))
         self.sites = {}
@@ -130,6 +137,10 @@ class _Gen:
         self.tangent_classes = {}
         # array variables bound to a struct's array field: v -> (struct variable, field index)
         self.field_source = {}
+        # structs built in this function from differentiated values (one top-level binding each)
+        self.built = {s.target for s in ir.walk(fn.body) if isinstance(s, ir.Assign)
+                      and isinstance(s.expr, ir.Call) and id(s.expr) in plan.calls
+                      and plan.calls[id(s.expr)].kind == "struct"}
         for s in ir.walk(fn.body):
             if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Attr) \
                     and isinstance(s.expr.a, ir.Name) and s.target in plan.active \
@@ -218,6 +229,21 @@ class _Gen:
         out.add(f"_tape_{k}[_k_{k}] = {value}")
         out.add(f"_k_{k} += 1")
 
+    def push_view(self, out, view, t):
+        """Save the elements a slice assignment overwrites (the tape grows as needed)."""
+        if self.fusing:
+            return
+        k = self.tape_key(t)
+        out.add(f"_tape_{k} = _push_view(_tape_{k}, _k_{k}, {view})")
+        out.add(f"_k_{k} += {view}.size")
+
+    def pop_view(self, out, view, t):
+        k = self.tape_key(t)
+        out.add(f"_k_{k} -= {view}.size")
+        out.add(f"{view} = _tape_{k}[_k_{k}:_k_{k} + {view}.size].reshape({view}.shape)")
+        out.read(f"_tape_{k}")
+        out.read(f"_k_{k}")
+
     def block_fwd(self, stmts, out, reserved):
         for s in stmts:
             self.stmt_fwd(s, out, reserved)
@@ -231,7 +257,9 @@ class _Gen:
             out.add(f"{s.target} = {ir.expr_src(s.expr)}")
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
-            if pushed:
+            if pushed and ir.has_slice(s.index):
+                self.push_view(out, f"{s.array}[{idx}]", self.pushed_type(s))
+            elif pushed:
                 self.push(out, f"{s.array}[{idx}]", self.pushed_type(s), reserved)
             out.add(f"{s.array}[{idx}] = {s.value.src()}")
         elif isinstance(s, ir.If):
@@ -368,22 +396,57 @@ class _Gen:
         arrays = sorted(v for v in plan.active if is_float_array(self.types.get(v)))
         for v in sorted(plan.active):
             t = self.types.get(v)
-            if is_float_struct(t):
+            if is_float_struct(t) and v not in self.built:
                 header.append(f"{d(v)} = {self.struct_zero(v, t, reads)}")
         for v in arrays:
-            field = self.field_source.get(v)
-            if field is not None:
-                header.append(f"{d(v)} = {d(field[0])}[{field[1]}]")
-            elif v in self.forwarded:
-                continue        # assigned by its single reader
-            elif plan.alias_of.get(v, v) == v:
+            if v in self.field_source or v in self.forwarded:
+                continue        # bound below / assigned by its single reader
+            if plan.alias_of.get(v, v) == v:
                 header.append(f"{d(v)} = _np.zeros_like({v})")
                 reads.add(v)
-        for v in arrays:
-            if plan.alias_of.get(v, v) != v:
-                header.append(f"{d(v)} = {d(plan.alias_of[v])}")
+        # Then in program order, each bound to its source's adjoint so that writes through either
+        # array reach both: aliases and views (a view to the same view of it), struct fields, and
+        # structs built here (their array fields are the very arrays they were built from).
+        for s in ir.walk(self.fn.body):
+            v = s.target if isinstance(s, ir.Assign) and s.target in plan.active else None
+            if v in self.built:
+                header.append(f"{d(v)} = {self.built_tangent(s, reads)}")
+            elif v in self.field_source:
+                struct, k = self.field_source[v]
+                header.append(f"{d(v)} = {d(struct)}[{k}]")
+            elif v is not None and is_float_array(self.types.get(v)) \
+                    and plan.alias_of.get(v, v) != v:
+                header.append(f"{d(v)} = {self.adjoint_view(s, reads)}")
         header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
         return header
+
+    def built_tangent(self, s, reads):
+        """The tangent of a struct built here: array fields share the adjoints of the arrays
+        passed in; float fields start at zero (the constructor's adjoint hands them back)."""
+        t = self.types[s.target]
+        parts = []
+        for k, (a, e) in enumerate(zip(s.expr.args, t)):
+            if is_float_array(e) and isinstance(a, ir.Name) and a.id in self.plan.active:
+                parts.append(self.names.d(a.id))
+            elif is_float_array(e):
+                parts.append(f"_np.zeros_like({s.target}[{k}])")
+                reads.add(s.target)
+            else:
+                parts.append(self.zero(e) if is_float(e) else "None")
+        return f"{self.tangent_class(t)}({', '.join(parts)})"
+
+    def adjoint_view(self, s, reads):
+        """The adjoint of ``s.target`` as a view of its source's adjoint."""
+        d, e = self.names.d, s.expr
+        if isinstance(e, ir.Atom):
+            return d(e.a.id)
+        if isinstance(e, ir.Index):
+            reads.update(a.id for a in ir.index_atoms(e.index) if isinstance(a, ir.Name))
+            return f"{d(e.a.id)}[{', '.join(i.src() for i in e.index)}]"
+        if isinstance(e, ir.Attr) or e.name == "transpose":
+            return f"{d(e.a.id if isinstance(e, ir.Attr) else e.obj.id)}.T"
+        reads.add(s.target)      # reshape, ravel
+        return f"{d(e.obj.id)}.reshape({s.target}.shape)"
 
     def tangents(self, reads):
         tangents = []
@@ -494,6 +557,8 @@ class _Gen:
         out.comment(self.fn, s.line)
         plan, d = self.plan, self.names.d
         out.fresh = {d(v) for v in self.forwarded_by.get(id(s), ())}
+        out.casts = {d(v): self.types[v].dtype for v in self.forwarded_by.get(id(s), ())
+                     if is_float_array(self.types[v]) and self.types[v].dtype != nbt.float64}
         if isinstance(s, ir.Assign):
             if s.target in plan.active:
                 self.adjoint(s, out)
@@ -501,13 +566,19 @@ class _Gen:
                 self.pop(out, s.target, self.pushed_type(s))
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
-            [out.read(a.id) for a in s.index if isinstance(a, ir.Name)]
+            [out.read(a.id) for a in ir.index_atoms(s.index) if isinstance(a, ir.Name)]
             if s.array in plan.active:
                 if isinstance(s.value, ir.Name) and s.value.id in plan.active:
-                    out.add(f"{d(s.value.id)} += {d(s.array)}[{idx}]")
+                    g = f"{d(s.array)}[{idx}]"
+                    if ir.has_slice(s.index):
+                        # the value was broadcast into the slice: sum over the broadcast axes
+                        g = f"_np.sum({g})" if self.rank(s.value) == 0 else f"_ub({g}, {s.value.id})"
+                        out.read(s.value.id)
+                    out.add(f"{d(s.value.id)} += {g}")
                 out.add(f"{d(s.array)}[{idx}] = 0.0")
             if id(s) in plan.pushes:
-                self.pop(out, f"{s.array}[{idx}]", self.pushed_type(s))
+                pop = self.pop_view if ir.has_slice(s.index) else self.pop
+                pop(out, f"{s.array}[{idx}]", self.pushed_type(s))
                 out.read(s.array)
         elif isinstance(s, ir.If):
             if isinstance(s.test, ir.Name):
@@ -611,14 +682,12 @@ class _Gen:
             ta = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
             if act(e.a) and is_float_tuple(ta):
                 out.add(f"{d(e.a.id)} = {_tuple_add(d(e.a.id), ta, g, only=e.index[0].value)}")
-            elif act(e.a):
+            elif act(e.a) and s.target not in self.views:   # a view shares its base's adjoint
                 idx = ", ".join(src(i) for i in e.index)
                 out.add(f"{d(e.a.id)}[{idx}] += {g}")
         elif isinstance(e, ir.Attr):
             ts = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
-            if act(e.a) and is_float_array(ts) and e.attr == "T":
-                out.add(f"{d(e.a.id)} += {g}.T")
-            elif act(e.a) and is_float_struct(ts) and is_float(t):
+            if act(e.a) and is_float_struct(ts) and is_float(t):
                 k = ts.instance_class._fields.index(e.attr)
                 out.add(f"{d(e.a.id)} = {self.tangent_class(ts)}"
                         f"{_tuple_add(d(e.a.id), ts, g, only=k)}")
@@ -626,6 +695,8 @@ class _Gen:
         elif isinstance(e, ir.MethodCall):
             if e.name == "copy" and act(e.obj):
                 out.add(f"{d(e.obj.id)} += {g}")
+            elif e.name in ("ravel", "flatten") and act(e.obj) and s.target not in self.views:
+                out.add(f"{d(e.obj.id)} += {g}.reshape({src(e.obj)}.shape)")
         elif isinstance(e, ir.Call):
             self.call_adjoint(s, e, out, act, src, g)
 
@@ -656,6 +727,12 @@ class _Gen:
             return
         if cp.kind == "identity":
             out.add(f"{d(e.args[0].id)} += {g}")
+            return
+        if cp.kind == "struct":
+            # float fields hand their tangent back; array fields share it (see built_tangent)
+            for k, a in enumerate(e.args):
+                if act(a) and is_float(self.types.get(a.id)):
+                    out.add(f"{d(a.id)} += {g}[{k}]")
             return
         args = [src(a) for a in e.args]
         if cp.kind == "scalar":
@@ -936,6 +1013,7 @@ def _forwardable(fn, types, plan):
             continue
         if is_float_array(t) and not (isinstance(reader, ir.Assign)
                                       and not isinstance(reader.expr, ir.Index)
+                                      and not plan.calls.get(id(reader.expr), _NO_PLAN).kind == "struct"
                                       and not isinstance(sites[v][0].expr, ir.Attr)):
             continue      # element-wise contributions (d[i] += g) accumulate; field aliases too
         names.add(v)
@@ -943,11 +1021,14 @@ def _forwardable(fn, types, plan):
     return names, by_reader
 
 
+_NO_PLAN = CallPlan("none")
+
+
 def _reads_of(s):
     if isinstance(s, ir.Assign):
         atoms = s.expr.atoms()
     elif isinstance(s, ir.Store):
-        atoms = tuple(s.index) + (s.value, ir.Name(s.array))
+        atoms = ir.index_atoms(s.index) + (s.value, ir.Name(s.array))
     elif isinstance(s, ir.If):
         atoms = (s.test,)
     elif isinstance(s, ir.For):

@@ -24,6 +24,7 @@ import textwrap
 import numpy as np
 
 from ..errors import UnsupportedSyntaxError
+from ..primitives import arrays
 from . import ir
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -548,14 +549,17 @@ class _Normalizer:
             base = self.expr(e.value)
         sl = e.slice
         parts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-        if any(isinstance(p, ast.Slice) for p in parts):
-            raise self.src.error(e, "slicing (x[a:b])",
-                                 "Hint: index element by element in a loop (array slicing comes "
-                                 "with numbarules' NumPy rules).")
-        index = tuple(self.expr(p) for p in parts)
+        index = tuple(self.slice(p) if isinstance(p, ast.Slice) else self.expr(p) for p in parts)
         if not isinstance(base, ir.Name):
             raise self.src.error(e, "indexing a constant", _HINT_EXPR)
         return base, index
+
+    def slice(self, p):
+        """``a:b:c`` with its bounds pinned: a view's adjoint is bound to the same slice of its
+        base's adjoint when the pullback starts, so the bounds must not change after the read."""
+        line = self.src.line(p)
+        bound = lambda b: ir.Const(None) if b is None else self.pin(self.expr(b), line)  # noqa: E731
+        return ir.Slice(bound(p.lower), bound(p.upper), bound(p.step))
 
     def e_Attribute(self, e, line):
         dotted = _dotted(e)
@@ -588,19 +592,29 @@ class _Normalizer:
                                                   not in self.locals):
             obj = self.expr(fn.value)
             args = tuple(self.expr(a) for a in e.args)
-            if e.keywords:
-                raise self.src.error(e, f"keyword arguments to .{fn.attr}()", _HINT_EXPR)
-            if fn.attr in _ARRAY_METHODS:
-                # x.sum() is np.sum(x): one rule serves both spellings
+            if fn.attr in _ARRAY_METHODS and [k.arg for k in e.keywords] in ([], ["axis"]):
+                # x.sum(axis=0) is np.sum(x, 0): one rule serves both spellings
+                args += tuple(self.expr(k.value) for k in e.keywords)
                 func = _ARRAY_METHODS[fn.attr]
                 self.namespace["_np"] = np
                 return self.emit(ir.Call(func, f"_np.{func.__name__}", (obj,) + args), line)
+            if e.keywords:
+                raise self.src.error(e, f"keyword arguments to .{fn.attr}()", _HINT_EXPR)
             return self.emit(ir.MethodCall(obj, fn.attr, args), line)
         dotted = _dotted(fn)
         if dotted is None or dotted.split(".")[0] in self.locals:
             raise self.src.error(e, "calling a local variable",
                                  "Hint: call functions by their global name.")
         value = self.resolve_dotted(e, dotted)
+        if value in _SEQUENCE_FUNCTIONS:
+            return self.sequence_call(e, value, line)
+        if value in _VIEW_FUNCTIONS and e.args and not e.keywords:
+            # np.transpose(x) is x.T, np.reshape(x, s) is x.reshape(s): views (see analysis)
+            obj, *rest = [self.expr(a) for a in e.args]
+            if value is np.transpose and not rest:
+                return self.emit(ir.Attr(obj, "T"), line)
+            if value is not np.transpose:
+                return self.emit(ir.MethodCall(obj, value.__name__, tuple(rest)), line)
         if value in (min, max) and len(e.args) > 2 and not e.keywords:
             # min(a, b, c) -> min(min(a, b), c): the scalar rule is binary
             inner = ast.Call(func=e.func, args=e.args[:-1], keywords=[], lineno=e.lineno)
@@ -623,12 +637,39 @@ class _Normalizer:
         args, kwargs = _positional(value, args, kwargs)
         return self.emit(ir.Call(value, fname, args, kwargs), line)
 
+    def sequence_call(self, e, func, line):
+        """``np.concatenate((a, b, c), axis)`` -> ``concat(concat(a, b, axis), c, axis)``, and
+        ``np.stack`` likewise over ``expand_dims``: the rules take arrays, not a tuple of them
+        (a tuple of arrays has no tangent type here)."""
+        seq = e.args[0] if e.args else None
+        keywords = [k.arg for k in e.keywords]
+        if not isinstance(seq, (ast.Tuple, ast.List)) or not seq.elts or len(e.args) > 2 \
+                or keywords not in ([], ["axis"]) or len(e.args) == 2 and keywords:
+            raise self.src.error(e, f"np.{func.__name__} of anything but a literal tuple of "
+                                    f"arrays and an axis", _HINT_EXPR)
+        axis_node = e.args[1] if len(e.args) == 2 else (e.keywords[0].value if e.keywords else None)
+        axis = self.expr(axis_node) if axis_node is not None else ir.Const(0)
+        items = [self.expr(x) for x in seq.elts]
+        if func is np.stack:
+            self.namespace["_nr_expand_dims"] = arrays.new_axis
+            items = [self.emit(ir.Call(arrays.new_axis, "_nr_expand_dims", (x, axis)), line)
+                     for x in items]
+        self.namespace["_nr_concatenate"] = arrays.join
+        acc = items[0]
+        if len(items) == 1:
+            return self.emit(ir.MethodCall(acc, "copy", ()), line)
+        for x in items[1:]:
+            acc = self.emit(ir.Call(arrays.join, "_nr_concatenate", (acc, x, axis)), line)
+        return acc
+
     def check_local(self, node):
         if node.id not in self.locals:
             raise self.src.error(node, f"assigning the global '{node.id}'", "")
 
 
-_ARRAY_METHODS = {"sum": np.sum, "mean": np.mean}
+_ARRAY_METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}
+_VIEW_FUNCTIONS = (np.transpose, np.reshape, np.ravel)
+_SEQUENCE_FUNCTIONS = (np.concatenate, np.stack)
 
 
 def _positional(func, args, kwargs):
@@ -745,7 +786,7 @@ def _rename(s, names):
         return dataclasses.replace(s, expr=_rename_expr(s.expr, atom))
     if isinstance(s, ir.Store):
         return dataclasses.replace(s, array=names.get(s.array, s.array),
-                                   index=tuple(map(atom, s.index)), value=atom(s.value))
+                                   index=_rename_index(s.index, atom), value=atom(s.value))
     if isinstance(s, ir.If):
         return dataclasses.replace(s, test=atom(s.test),
                                    body=tuple(_rename(x, names) for x in s.body),
@@ -762,6 +803,11 @@ def _rename(s, names):
     return s
 
 
+def _rename_index(index, atom):
+    return tuple(ir.Slice(*map(atom, i.parts())) if isinstance(i, ir.Slice) else atom(i)
+                 for i in index)
+
+
 def _rename_expr(e, atom):
     if isinstance(e, ir.Atom):
         return ir.Atom(atom(e.a))
@@ -775,7 +821,7 @@ def _rename_expr(e, atom):
     if isinstance(e, ir.MethodCall):
         return dataclasses.replace(e, obj=atom(e.obj), args=tuple(map(atom, e.args)))
     if isinstance(e, ir.Index):
-        return dataclasses.replace(e, a=atom(e.a), index=tuple(map(atom, e.index)))
+        return dataclasses.replace(e, a=atom(e.a), index=_rename_index(e.index, atom))
     if isinstance(e, ir.Attr):
         return dataclasses.replace(e, a=atom(e.a))
     if isinstance(e, ir.MakeTuple):

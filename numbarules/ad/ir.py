@@ -28,6 +28,34 @@ class Const:
         return repr(self.value)
 
 
+@dataclass(frozen=True)
+class Slice:
+    """``lower:upper:step`` inside an index; each part an atom (``Const(None)`` when omitted)."""
+    lower: Any
+    upper: Any
+    step: Any
+
+    def src(self):
+        part = lambda a: "" if a == Const(None) else a.src()   # noqa: E731
+        text = f"{part(self.lower)}:{part(self.upper)}"
+        return text if self.step == Const(None) else f"{text}:{part(self.step)}"
+
+    def parts(self):
+        return (self.lower, self.upper, self.step)
+
+
+def index_atoms(index):
+    """The atoms an index reads: its scalar positions and the bounds of its slices."""
+    out = []
+    for i in index:
+        out.extend(i.parts() if isinstance(i, Slice) else (i,))
+    return tuple(out)
+
+
+def has_slice(index):
+    return any(isinstance(i, Slice) for i in index)
+
+
 # --- expressions: one operation on atoms --------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -82,12 +110,12 @@ class MethodCall:
 
 @dataclass(frozen=True)
 class Index:
-    """``a[i, j]`` with scalar indices (arrays) or a constant index (tuples)."""
+    """``a[i, j]`` with scalar indices or slices (arrays), or a constant index (tuples)."""
     a: Any
     index: Tuple
 
     def atoms(self):
-        return (self.a,) + tuple(self.index)
+        return (self.a,) + index_atoms(self.index)
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,35 @@ def _reserve(buf, used, more):
     return new
 
 
+@numba.njit
+def _push_view(buf, used, view):
+    """``buf`` with the elements of ``view`` (any layout, C order) written after ``used``."""
+    flat = view.ravel()
+    buf = _reserve(buf, used, flat.size)
+    buf[used:used + flat.size] = flat
+    return buf
+
+
 @numba.njit(inline="always")
 def _iadd(acc, x):
     """acc += x in place (an array field of an immutable Tangent)."""
     acc += x
 
 
-HELPERS = {"_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd, "_np": np}
+def _cast(x, dtype):
+    """``x`` as an array of ``dtype``, copied only when its dtype differs (compiled code)."""
+    return np.asarray(x, dtype)
+
+
+@overload(_cast)
+def _cast_impl(x, dtype):
+    if isinstance(x, types.Array) and x.dtype == getattr(dtype, "instance_type", None):
+        return lambda x, dtype: x
+    return lambda x, dtype: x.astype(dtype)
+
+
+HELPERS = {"_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
+           "_push_view": _push_view, "_np": np}
 
 
 def _ub(x, like):
@@ -84,7 +106,37 @@ def _ub_impl(x, like):
                     out[j if like.shape[0] > 1 else 0] += x[i, j]
             return out
         return row_broadcast
+    if x.ndim == like.ndim:
+        def same_rank(x, like):
+            if x.shape == like.shape:
+                return x
+            return _ub_any_rank(x, like)
+        return same_rank
+    if x.ndim > like.ndim:
+        return lambda x, like: _ub_any_rank(x, like)
     return None
+
+
+@numba.njit
+def _ub_any_rank(x, like):
+    """Any ranks: walk ``x`` in C order and add each element into the element of ``like`` it was
+    broadcast from (leading axes dropped, axes of length 1 pinned to 0)."""
+    out = np.zeros(like.shape, x.dtype)
+    flat_out = out.reshape(out.size)
+    lead = x.ndim - like.ndim
+    xc = np.ascontiguousarray(x).reshape(x.size)
+    for i in range(x.size):
+        rest = i
+        pos = 0
+        stride = 1
+        for k in range(x.ndim - 1, lead - 1, -1):
+            c = rest % x.shape[k]
+            rest //= x.shape[k]
+            n = like.shape[k - lead]
+            pos += (c if n > 1 else 0) * stride
+            stride *= n
+        flat_out[pos] += xc[i]
+    return out
 
 
 HELPERS["_ub"] = _ub

@@ -1,3 +1,3 @@
 """Derivative rules for math, the numeric builtins and NumPy, written with the public rule API."""
 
-from . import numpy, scalar  # noqa: F401 - registers the rules
+from . import arrays, numpy, scalar  # noqa: F401 - registers the rules and forwards

@@ -7,8 +7,58 @@ Reductions and products are rrules.
 
 import numpy as np
 
+from numba.extending import register_jitable
+
 from ..lattice import AbstractFloat, Array, Integer, Vector
 from ..rules import rrule, scalar_rule
+from .arrays import blocks, join, new_axis
+
+
+@register_jitable
+def spread(dy, shape, axis, scale):
+    """The adjoint of a sum along ``axis``: ``dy * scale`` repeated along it, in ``shape``."""
+    before, n, after = blocks(shape, axis)
+    d2 = np.ascontiguousarray(dy).reshape((before, after))
+    out = np.empty((before, n, after), d2.dtype)
+    for p in range(before):
+        for k in range(n):
+            for q in range(after):
+                out[p, k, q] = d2[p, q] * scale
+    return out.reshape(shape)
+
+
+@register_jitable
+def scatter(dy, index, shape, axis):
+    """The adjoint of picking element ``index`` along ``axis`` (max, min): ``dy`` placed there."""
+    before, n, after = blocks(shape, axis)
+    d2 = np.ascontiguousarray(dy).reshape((before, after))
+    k2 = np.ascontiguousarray(index).reshape((before, after))
+    out = np.zeros((before, n, after), d2.dtype)
+    for p in range(before):
+        for q in range(after):
+            out[p, k2[p, q], q] = d2[p, q]
+    return out.reshape(shape)
+
+
+@register_jitable
+def prod_adjoint(x, dy, axis):
+    """d prod / d x along ``axis``: the product of the others, as prefix times suffix products
+    (no division, so zeros are exact), times ``dy``."""
+    before, n, after = blocks(x.shape, axis)
+    x3 = np.ascontiguousarray(x).reshape((before, n, after))
+    d2 = np.ascontiguousarray(dy).reshape((before, after))
+    out = np.empty((before, n, after), x.dtype)
+    for p in range(before):
+        for q in range(after):
+            acc = x.dtype.type(1)
+            for k in range(n):
+                out[p, k, q] = acc
+                acc *= x3[p, k, q]
+            acc = x.dtype.type(1)
+            for k in range(n - 1, -1, -1):
+                out[p, k, q] *= acc * d2[p, q]
+                acc *= x3[p, k, q]
+    return out.reshape(x.shape)
 
 
 @scalar_rule(np.exp, uses_result=True)
@@ -100,17 +150,97 @@ def _mean(x):
     return np.mean(x), mean_pullback
 
 
-@rrule(np.sum, Array[AbstractFloat, 2], Integer)
+@rrule(np.sum, AbstractFloat)
+def _sum_scalar(x):
+    # np.sum of a reduction's scalar result (a vector reduced along its axis) is the identity
+    def sum_scalar_pullback(dy):
+        return (dy,)
+    return np.sum(x), sum_scalar_pullback
+
+
+@rrule(np.sum, Vector[AbstractFloat], Integer)
+def _sum_vector_axis(x, axis):
+    n = x.shape[0]
+
+    def sum_vector_axis_pullback(dy):
+        return (np.full(n, dy, x.dtype), None)
+    return np.sum(x, axis), sum_vector_axis_pullback
+
+
+@rrule(np.sum, Array[AbstractFloat], Integer)
 def _sum_axis(x, axis):
-    m, n = x.shape
+    shape = x.shape
 
     def sum_axis_pullback(dy):
-        dx = np.empty((m, n))
-        for i in range(m):
-            for j in range(n):
-                dx[i, j] = dy[j] if axis == 0 else dy[i]
-        return (dx, None)
+        return (spread(dy, shape, axis, 1.0).astype(x.dtype), None)
     return np.sum(x, axis), sum_axis_pullback
+
+
+@rrule(np.mean, Vector[AbstractFloat], Integer)
+def _mean_vector_axis(x, axis):
+    n = x.shape[0]
+
+    def mean_vector_axis_pullback(dy):
+        return (np.full(n, dy / n, x.dtype), None)
+    return np.mean(x, axis), mean_vector_axis_pullback
+
+
+@rrule(np.mean, Array[AbstractFloat], Integer)
+def _mean_axis(x, axis):
+    shape = x.shape
+    n = blocks(shape, axis)[1]
+
+    def mean_axis_pullback(dy):
+        return (spread(dy, shape, axis, 1.0 / n).astype(x.dtype), None)
+    return np.mean(x, axis), mean_axis_pullback
+
+
+@rrule(np.max, Array[AbstractFloat], Integer)
+def _max_axis(x, axis):
+    k = np.argmax(x, axis)   # ties: the first maximum along the axis, as without an axis
+
+    def max_axis_pullback(dy):
+        return (scatter(dy, k, x.shape, axis).astype(x.dtype), None)
+    return np.max(x, axis), max_axis_pullback
+
+
+@rrule(np.min, Array[AbstractFloat], Integer)
+def _min_axis(x, axis):
+    k = np.argmin(x, axis)
+
+    def min_axis_pullback(dy):
+        return (scatter(dy, k, x.shape, axis).astype(x.dtype), None)
+    return np.min(x, axis), min_axis_pullback
+
+
+@rrule(np.prod, Array[AbstractFloat], Integer)
+def _prod_axis(x, axis):
+    def prod_axis_pullback(dy):
+        return (prod_adjoint(x, dy, axis), None)
+    return np.prod(x, axis), prod_axis_pullback
+
+
+@rrule(join, Array[AbstractFloat], Array[AbstractFloat], Integer)
+def _concatenate(a, b, axis):
+    sa, sb = a.shape, b.shape
+
+    def concatenate_pullback(dy):
+        before, n, after = blocks(dy.shape, axis)
+        d3 = np.ascontiguousarray(dy).reshape((before, n, after))
+        na = blocks(sa, axis)[1]
+        da = np.ascontiguousarray(d3[:, :na, :]).reshape(sa)
+        db = np.ascontiguousarray(d3[:, na:, :]).reshape(sb)
+        return (da.astype(a.dtype), db.astype(b.dtype), None)
+    return join(a, b, axis), concatenate_pullback
+
+
+@rrule(new_axis, Array[AbstractFloat], Integer)
+def _expand_dims(x, axis):
+    shape = x.shape
+
+    def expand_dims_pullback(dy):
+        return (np.ascontiguousarray(dy).reshape(shape), None)
+    return new_axis(x, axis), expand_dims_pullback
 
 
 @rrule(np.outer, Vector[AbstractFloat], Vector[AbstractFloat])

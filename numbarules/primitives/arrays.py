@@ -1,0 +1,120 @@
+"""Array structure for compiled code: the block view of an axis, and what Numba 0.68 lacks.
+
+Numba 0.68 compiles ``np.sum(x, axis)`` but not ``np.mean``, ``np.prod``, ``np.max`` or
+``np.min`` with an ``axis`` argument. A rule for a call the primal cannot run is no use: a user's
+method or ``nr.jit`` function calling ``np.max(x, axis=0)`` must compile without numbarules'
+AD too. So the forward computations are registered here with ``numba.extending.overload`` for
+exactly the signatures Numba lacks (an array and an integer axis); every other signature is left
+to Numba's own implementation.
+
+``np.concatenate`` and ``np.stack`` take a tuple of arrays, which has no tangent type in the
+engine; the frontend rewrites them into nested calls of the two-array functions below, whose
+rules are in ``numpy.py``.
+"""
+
+import numpy as np
+from numba import types
+from numba.extending import overload, register_jitable
+
+
+def join(a, b, axis):
+    """``np.concatenate((a, b), axis)``: the binary form the frontend rewrites to."""
+    return np.concatenate((a, b), axis)
+
+
+def new_axis(x, axis):
+    """``np.expand_dims(x, axis)`` (``np.stack`` is concatenation of these)."""
+    return np.expand_dims(x, axis)
+
+
+@register_jitable
+def blocks(shape, axis):
+    """(before, along, after): the sizes of ``shape`` before, at and after ``axis`` (negative
+    counts from the end). A C-contiguous array of ``shape`` reshaped to these is the same data
+    with the axis in the middle, so one loop nest serves every rank and axis."""
+    ndim = len(shape)
+    if axis < -ndim or axis >= ndim:
+        raise ValueError("axis is out of bounds for the array's dimension")
+    if axis < 0:
+        axis += ndim
+    before = 1
+    after = 1
+    for k in range(axis):
+        before *= shape[k]
+    for k in range(axis + 1, ndim):
+        after *= shape[k]
+    return before, shape[axis], after
+
+
+def reduced_shape(shape, axis):
+    """``shape`` without ``axis`` (compiled code only; see the overload)."""
+    axis = axis + len(shape) if axis < 0 else axis
+    return tuple(n for k, n in enumerate(shape) if k != axis)
+
+
+@overload(reduced_shape)
+def _reduced_shape(shape, axis):
+    n = len(shape) - 1
+    # A tuple's length is part of its type: spell out element j as shape[j] or shape[j + 1].
+    items = "".join(f"shape[{j}] if {j} < a else shape[{j + 1}], " for j in range(n))
+    ns = {}
+    exec(f"def impl(shape, axis):\n    a = axis + {n + 1} if axis < 0 else axis\n"  # noqa: S102
+         f"    return ({items})\n", ns)
+    return ns["impl"]
+
+
+_SUM, _PROD, _MAX, _MIN = 0, 1, 2, 3
+
+
+@register_jitable
+def reduce_axis(x, axis, op):
+    """``op`` (sum, prod, max, min) of ``x`` along ``axis``, as a (before, after) array."""
+    before, n, after = blocks(x.shape, axis)
+    if n == 0 and op >= _MAX:
+        raise ValueError("zero-size array to reduction operation which has no identity")
+    x3 = np.ascontiguousarray(x).reshape((before, n, after))
+    out = np.empty((before, after), x.dtype)
+    for p in range(before):
+        for q in range(after):
+            acc = x3[p, 0, q] if n > 0 else (x.dtype.type(1) if op == _PROD else x.dtype.type(0))
+            for k in range(1, n):
+                v = x3[p, k, q]
+                if op == _SUM:
+                    acc += v
+                elif op == _PROD:
+                    acc *= v
+                elif op == _MAX:
+                    acc = v if v > acc or np.isnan(v) else acc
+                else:
+                    acc = v if v < acc or np.isnan(v) else acc
+            out[p, q] = acc
+    return out
+
+
+def _axis_reduction(whole, op, scale):
+    """The overload of ``np.<whole>(a, axis)`` for an array and an integer axis."""
+    def typer(a, axis):
+        if not (isinstance(a, types.Array) and isinstance(axis, types.Integer)
+                and isinstance(a.dtype, (types.Float, types.Integer))):
+            return None
+        if a.ndim == 1:
+            def vector(a, axis):
+                blocks(a.shape, axis)       # the bounds check NumPy makes
+                return whole(a)
+            return vector
+
+        # np.mean keeps a float dtype (float32 stays float32) and gives float64 for integers.
+        mean_type = a.dtype if isinstance(a.dtype, types.Float) else types.float64
+
+        def array(a, axis):
+            out = reduce_axis(a, axis, op)
+            if scale:
+                out = out.astype(mean_type) / mean_type(blocks(a.shape, axis)[1])
+            return out.reshape(reduced_shape(a.shape, axis))
+        return array
+    return typer
+
+
+for _f, _op, _scale in ((np.mean, _SUM, True), (np.prod, _PROD, False), (np.max, _MAX, False),
+                        (np.min, _MIN, False)):
+    overload(_f)(_axis_reduction(_f, _op, _scale))
