@@ -111,9 +111,11 @@ def _locating(entry, f):
             user = _python_error(f, args)
             if user is None:
                 raise
-            user.add_note(f"(raised running the gradient of {getattr(f, '__qualname__', f)} in "
-                          f"compiled code as {type(exc).__name__}: {exc}; shown here from the "
-                          f"same function run in Python)")
+            note = (f"(raised running the gradient of {getattr(f, '__qualname__', f)} in "
+                    f"compiled code as {type(exc).__name__}: {exc}; shown here from the same "
+                    f"function run in Python)")
+            if hasattr(user, "add_note"):       # Python >= 3.11
+                user.add_note(note)
             raise user from None
     return call
 

@@ -28,6 +28,7 @@ Truth table for one recorded decision (f, T -> d) after a change to f's methods 
 """
 
 import collections
+import dis
 import inspect
 import os
 import sys
@@ -474,7 +475,10 @@ def _prepare(func):
     stack = [func.__code__]
     while stack:
         code = stack.pop()
-        names.update(code.co_names)
+        # Global loads only: co_names also holds attribute names, and `np.concatenate` inside a
+        # module-level `def concatenate` must not make the function call itself.
+        names.update(i.argval for i in dis.get_instructions(code)
+                     if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
         stack += [c for c in code.co_consts if inspect.iscode(c)]
     swaps = {n: func.__globals__[n] for n in names
              if n in func.__globals__ and is_plain(func.__globals__[n])}

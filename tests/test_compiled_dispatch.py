@@ -215,3 +215,15 @@ def test_a_failed_compile_is_not_remembered_once_the_method_is_fixed():
         return x + 1.0
     assert fragile(1.0) == 2.0
     assert calls_fragile(1.0) == 4.0
+
+
+def concatenate(a, b):          # the same name as the NumPy function it calls, on purpose
+    return np.concatenate((a, b))
+
+
+def test_helper_named_like_the_numpy_function_it_calls():
+    # Attribute names (np.concatenate) are not global references to the helper itself.
+    @nr.jit
+    def total(a, b):
+        return concatenate(a, b).sum()
+    assert total(np.ones(2), np.ones(3)) == 5.0
