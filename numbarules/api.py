@@ -184,6 +184,8 @@ def _gradient(f, argnums, with_value):
 
 
 def _spec_for_call(f, args, argnums=None):
+    if isinstance(f, Gradient):     # nr.code(nr.grad(f, argnums), ...) means f's kernels
+        f, argnums = f.f, f.argnums if argnums is None else argnums
     argtypes = tuple(numba.typeof(a) for a in args)
     target, _ = kernels.target_for(f, argtypes)
     if argnums is None:
@@ -207,7 +209,8 @@ def pullback(f, *args):
 
 
 def code(f, *args, kind="forward"):
-    """The generated source of ``f``'s kernels at the types of ``args``.
+    """The generated source of ``f``'s kernels at the types of ``args``. ``f`` may also be an
+    ``nr.grad`` / ``nr.value_and_grad`` object: its function's kernels for its ``argnums``.
 
     ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
     or "primal" (the normalised primal the two are built from).
@@ -218,6 +221,15 @@ def code(f, *args, kind="forward"):
     if kind not in sources:
         raise ValueError(f"kind must be one of {sorted(sources)}, not {kind!r}")
     return sources[kind]
+
+
+def _nbytes(v):
+    """Bytes a residual holds: a rule's or callee's kept residuals are tuples."""
+    if isinstance(v, np.ndarray):
+        return v.nbytes
+    if isinstance(v, tuple):
+        return sum(_nbytes(x) for x in v)
+    return 8
 
 
 def ad_stats(f, *args, argnums=None):
@@ -233,8 +245,7 @@ def ad_stats(f, *args, argnums=None):
     names = spec.kernels.residuals
     values = dict(zip(names, residuals))
     tape = sum(int(values[f"_k_{k}"]) * values[f"_tape_{k}"].itemsize for k in spec.kernels.tape_keys)
-    total = sum(v.nbytes if isinstance(v, np.ndarray) else 8 for n, v in values.items()
-                if not n.startswith("_tape_"))
+    total = sum(_nbytes(v) for n, v in values.items() if not n.startswith("_tape_"))
     if spec.kernels.fused:
         # grad and value_and_grad run the fused vjp: one pass, nothing saved in its loop.
         tape = total = 0

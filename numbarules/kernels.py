@@ -323,7 +323,11 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         callees.append(callee.node)
     mask = tuple(m and t is not None for m, t in zip(arg_mask, callee.tangent_kinds))
     checked = repr(target).replace("'", "") if isinstance(target, rules.Rule) else ""
-    return codegen.CallPlan("derived", callee.name, mask, checked=checked)
+    # Keeping the callee's residuals needs its forward's result type now (not a recursive
+    # call still being built) and the same type the primal call has (a rule may differ).
+    keep = callee.ready and callee is not spec and \
+        getattr(callee, "return_type", None) == types.get(stmt.target)
+    return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep)
 
 
 def _bind(ns, callee):

@@ -101,6 +101,15 @@ integer and boolean arguments (they get no gradient)
     int_to_float                  float(n), n / 2, x ** n
 float32
     float32_array                 a float32 array argument and a float32 local
+saving only what the reverse pass reads; one iteration's tape
+    rows_logsumexp                running max and sum per row (fused rows, a tape per row),
+                                  rows of one column (the max loop runs zero times)
+    running_sum_read              a running sum whose every value the reverse pass reads
+    param_reassigned              a parameter read, then reassigned, in straight-line code
+    loop_var_after_loop           a loop variable read after its loop, then reused by another
+    zero_trip_accumulator         per-row accumulators whose inner loop may run zero times
+    fused_rows_with_branch        a loop inside a branch inside fused rows, values saved in it
+    top_level_helper_kept         a top-level helper call whose residuals the forward keeps
 """
 import math
 
@@ -986,6 +995,99 @@ def int_array_gather(a, idx):
 @program(args(floats(-2, 2), st.integers(0, 5)))
 def int_to_float(x, n):
     return float(n) * x + x ** n + (n / 2) * x * x
+
+
+# --- saving only what the reverse pass reads; one iteration's tape ------------------------------
+
+@st.composite
+def _rows(draw, lo=-2.0, hi=2.0):
+    """A flat vector of distinct values (no ties for max) and a column count dividing it."""
+    cols = draw(st.integers(1, 4))
+    rows = draw(st.integers(1, 3))
+    v = draw(apart(rows * cols, lo, hi))
+    return np.array(v), cols
+
+
+@program(_rows())
+def rows_logsumexp(v, cols):
+    s = 0.0
+    for i in range(len(v) // cols):
+        m = v[i * cols]
+        for j in range(1, cols):
+            m = max(m, v[i * cols + j])
+        t = 0.0
+        for j in range(cols):
+            t += math.exp(v[i * cols + j] - m)
+        s += m + math.log(t)
+    return s
+
+
+@program(args(vectors(floats(-1.5, 1.5))))
+def running_sum_read(x):
+    t = 0.0
+    s = 0.0
+    for j in range(len(x)):
+        t = t + x[j]
+        s += t * x[j]
+    return s + t * t
+
+
+@program(args(floats(-2, 2), floats(-2, 2)))
+def param_reassigned(x, y):
+    a = x * y
+    x = x * x + 1.0
+    y = math.sin(x) * a
+    return a * x + y
+
+
+@program(args(vectors(floats(-2, 2), min_size=2)))
+def loop_var_after_loop(v):
+    s = 0.0
+    for j in range(len(v)):
+        s += v[j] * v[j]
+    w = v[j] * s
+    s2 = 0.0
+    for j in range(1, len(v)):
+        s2 += v[j - 1] * v[j]
+    return w + s2 * v[j]
+
+
+@program(args(vectors(floats(-2, 2)), st.integers(1, 4)))
+def zero_trip_accumulator(v, c):
+    s = 0.0
+    for i in range(len(v)):
+        t = 0.5
+        for j in range(i % c):
+            t += v[j] * v[j]
+        s += math.log(t) * v[i]
+    return s
+
+
+@program(args(vectors(away(-2, 2, 0.0))))
+def fused_rows_with_branch(v):
+    s = 0.0
+    for i in range(len(v)):
+        m = v[i]
+        if v[i] > 0.0:
+            for j in range(len(v)):
+                m = m * math.cos(v[j]) + v[i]
+        s += m * v[i]
+    return s
+
+
+@program(args(vectors(floats(-2, 2)), floats(0.5, 2)))
+def top_level_helper_kept(v, a):
+    t = _rows_energy(v, a)
+    u = _softplus(a)
+    return t * u + t
+
+
+def _rows_energy(v, a):
+    e = 0.0
+    for i in range(len(v)):
+        e += math.exp(-a * v[i] * v[i])
+    return e
+
 
 
 # --- float32 ------------------------------------------------------------------------------------

@@ -353,7 +353,7 @@ def test_recursion_is_refused_in_device_code():
 def test_loops_of_constant_length_get_a_tape_sized_at_compile_time():
     from cuda_zoo import recurrence          # range(6), two saved values per iteration
     source = nrc.code(recurrence, 0.5)
-    assert "_cuda.local.array(13, _np.float64)" in source
+    assert "_cuda.local.array(12, _np.float64)" in source
     kernel = nrc.map_grad(recurrence).kernel_for(types.float64)
     ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1]))
 

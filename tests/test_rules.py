@@ -1,6 +1,7 @@
 """Rules attach to methods (API section 3): rrule, the rule rule, opt_out, non_differentiable,
 scalar_rule, rule_for, their errors and their backedges."""
 import math
+import re
 
 import numba
 import numpy as np
@@ -352,3 +353,54 @@ def test_rule_added_later_reaches_gradients_compiled_into_nr_jit_code():
     np.testing.assert_allclose(step(A), A - 0.5)
     add_scaled_rule(my_sum, 4.0)
     np.testing.assert_allclose(step(A), A - 2.0)
+
+
+def test_top_level_rule_keeps_its_residuals_and_its_value():
+    # A top-level call keeps the rule's residuals: its forward runs once, and its value is the
+    # one the gradient reports (ChainRules semantics). A rule whose forward returns another type
+    # than the primal call is checkpointed instead; in a loop, always.
+    def shifted(x):
+        return np.sum(x * x)
+
+    @nr.rrule(shifted, nr.Vector[nr.Float64])
+    def _(x):
+        y = np.sum(x * x) + 1.0          # deliberately not the primal value
+
+        def pb(dy):
+            return (2.0 * x * dy,)
+        return y, pb
+
+    def top(x):
+        return shifted(x) * 3.0
+
+    def in_loop(x):
+        s = 0.0
+        for k in range(2):
+            s += shifted(x)
+        return s
+
+    x = np.array([1.0, 2.0, -0.5])
+    fwd = nr.code(top, x)
+    assert "fwd_" in fwd and "_rr" in fwd, fwd
+    pullback = nr.code(top, x, kind="pullback")
+    assert re.search(r"bwd_\w+\(_rr\d+, ", pullback) and "fwd_" not in pullback, pullback
+    v, g = nr.value_and_grad(top)(x)
+    assert v == pytest.approx((np.sum(x * x) + 1.0) * 3.0)
+    np.testing.assert_allclose(g, 6.0 * x)
+    assert "_rr" not in nr.code(in_loop, x)
+    np.testing.assert_allclose(nr.grad(in_loop)(x), 4.0 * x)
+
+    def as_int(x):
+        return 1
+
+    @nr.rrule(as_int, nr.Float64)
+    def _(x):
+        def pb(dy):
+            return (0.0,)
+        return 1.0, pb                    # a float where the primal gives an int
+
+    def uses_int(x):
+        n = as_int(x)
+        return x * n
+    assert "_rr" not in nr.code(uses_int, 2.0)
+    assert nr.grad(uses_int)(2.0) == pytest.approx(1.0)

@@ -11,13 +11,19 @@ and per assignment site ``S`` of ``v``:
                               themselves), and v is not read before S in the body: the reverse
                               pass re-executes S at the start of each iteration instead of
                               saving v
-    push old v before S     = v needed and S not recomputable and (v has several sites or S is
-                              inside a loop); the reverse pass pops it back after S's adjoint
+    push old v before S     = S not recomputable and the value S overwrites is read by the
+                              reverse pass: some statement on a path from that value's
+                              definition to S has an adjoint that reads v (a forward scan,
+                              _pushes). The reverse pass pops it back after S's adjoint. A
+                              running sum ``t = t + u`` in a loop saves nothing: ``+``'s adjoint
+                              reads neither operand. (Array variables keep the coarser rule:
+                              needed and several sites or inside a loop.)
 
 Arrays are single-assignment here (a name bound once, outside loops, when the array is active);
 their overwritten *elements* are saved at each ``Store`` when the reverse pass reads the array.
 """
 
+import math
 from dataclasses import dataclass
 
 from numba import types as nbt
@@ -25,8 +31,12 @@ from numba import types as nbt
 from ..errors import UnsupportedSyntaxError
 from . import ir
 
-#: Pure scalar functions cheap enough to re-execute rather than save (plus scalar rules).
+#: Pure scalar functions cheap enough to re-execute rather than save. Transcendentals (exp,
+#: log, sin, ...) are not: a libm call costs 5-20 ns, a tape store and load about 1 ns, and
+#: re-executing exp doubled the reverse cost of a row-wise logsumexp (perf/bench_arrays.py).
 _CHEAP_BUILTINS = {abs, min, max, float, int, bool, len}
+_CHEAP_MATH = {math.fabs, math.floor, math.ceil, math.trunc, math.copysign, math.sqrt,
+               math.isnan, math.isinf, math.isfinite}
 
 
 def is_float(t):
@@ -96,11 +106,11 @@ def plan(fn, types, mask, classify):
                     and isinstance(s.expr, ir.Call) and id(s.expr) in calls
                     and calls[id(s.expr)].with_result}
     recompute = _recomputable(fn.body, sites, types)
-    recomputed = {id(s) for group in recompute.values() for s in group}
     tests = set()
     while True:
         needed = _needed(stmts, active, recompute, callee_reads, tests | result_reads)
-        pushes = _pushes(stmts, sites, needed, recomputed, in_loop, alias)
+        pushes = _pushes(fn.body, stmts, sites, needed, recompute, in_loop, alias, types,
+                         lambda s: _rev_reads(s, active, callee_reads), tests, result_reads)
         relevant = _reverse_relevant(fn.body, active, pushes)
         # Branch tests matter only where the reverse pass replays the branch.
         more = {s.test.id for s in stmts if isinstance(s, ir.If) and id(s) in relevant
@@ -373,31 +383,94 @@ def _cheap(expr, written):
     if isinstance(expr, ir.Index):
         return isinstance(expr.a, ir.Name) and expr.a.id not in written
     if isinstance(expr, ir.Call):
-        return expr.func in _CHEAP_BUILTINS or getattr(expr.func, "__module__", None) == "math" \
-            or type(expr.func).__name__ == "builtin_function_or_method" and \
-            getattr(expr.func, "__self__", None).__class__.__name__ == "module" and \
-            getattr(expr.func.__self__, "__name__", "") == "math"
+        return expr.func in _CHEAP_BUILTINS or expr.func in _CHEAP_MATH
     return False
 
 
-def _pushes(stmts, sites, needed, recomputed, in_loop, alias):
+def _pushes(body, stmts, sites, needed, recompute, in_loop, alias, types, rev_reads, tests,
+            result_reads):
+    recomputed = {id(s) for group in recompute.values() for s in group}
+    recomputed_targets = {s.target for group in recompute.values() for s in group}
     pushes = set()
-    for v, ss in sites.items():
-        if v not in needed:
-            continue
-        for s in ss:
-            if id(s) in recomputed:
-                continue
-            if isinstance(s, ir.For):
-                if len(ss) > 1 or id(s) in in_loop:
+
+    def scalar(v):
+        return not isinstance(types.get(v), nbt.Array)
+
+    # ``pending``: the scalar variables whose *current* value the adjoint of some statement
+    # already passed reads. Overwriting such a value means saving it first. Adjoints read
+    # operands as they were at the statement (a statement never reads its own target) and,
+    # for exp-like partials, the statement's own result.
+    def scan(block, pending):
+        for s in block:
+            if isinstance(s, ir.Assign):
+                v = s.target
+                pending = pending | rev_reads(s)
+                if id(s) in recomputed or not scalar(v):
+                    pending = pending - {v}
+                    continue
+                if v in pending:
                     pushes.add(id(s))
-            elif len(ss) > 1 or id(s) in in_loop:
-                pushes.add(id(s))
+                pending = pending - {v}
+                if v in result_reads:
+                    pending = pending | {v}
+            elif isinstance(s, ir.Store):
+                pending = pending | {a.id for a in (s.value, *ir.index_atoms(s.index))
+                                     if isinstance(a, ir.Name)}
+            elif isinstance(s, ir.If):
+                if isinstance(s.test, ir.Name) and s.test.id in tests:
+                    pending = pending | {s.test.id}
+                pending = scan(s.body, pending) | scan(s.orelse, pending)
+            elif isinstance(s, ir.For):
+                pending = pending | {a.id for a in (s.start, s.step) if isinstance(a, ir.Name)}
+                pending = pending | (_recompute_operands(recompute.get(s.id, ()),
+                                                         recomputed_targets) - {s.var})
+                # The reverse loop sets the loop variable itself; only its value from before
+                # the loop needs restoring.
+                if s.var in pending and scalar(s.var):
+                    pushes.add(id(s))
+                entry = pending - {s.var}
+                while True:
+                    out = scan(s.body, entry)
+                    grown = entry | (out - {s.var})
+                    if grown == entry:
+                        break
+                    entry = grown
+                pending = (pending | out) - {s.var}
+            elif isinstance(s, ir.While):
+                pending = pending | _recompute_operands(recompute.get(s.id, ()), recomputed_targets)
+                entry = pending
+                while True:
+                    after_cond = scan(s.cond, entry)
+                    out = scan(s.body, after_cond)
+                    grown = entry | out
+                    if grown == entry:
+                        break
+                    entry = grown
+                pending = after_cond
+        return pending
+
+    scan(body, frozenset())
+    for v, ss in sites.items():
+        if v in needed and not scalar(v):
+            pushes.update(id(s) for s in ss if id(s) not in recomputed
+                          and (len(ss) > 1 or id(s) in in_loop))
     needed_arrays = {alias.get(n, n) for n in needed}
     for s in stmts:
         if isinstance(s, ir.Store) and alias.get(s.array, s.array) in needed_arrays:
             pushes.add(id(s))
     return pushes
+
+
+def _recompute_operands(group, recomputed_targets):
+    """What a loop's recomputed statements read: unchanged inside the loop, read throughout its
+    reverse."""
+    return {n for s in group for n in _reads(s.expr) if n not in recomputed_targets}
+
+
+def _rev_reads(s, active, callee_reads):
+    if s.target in active:
+        return frozenset(adjoint_reads(s.expr, active, callee_reads))
+    return frozenset()
 
 
 def _needed(stmts, active, recompute, callee_reads, tests):

@@ -33,6 +33,8 @@ class CallPlan:
     mask: tuple = ()           # derived: which arguments carry tangents
     with_result: bool = False  # scalar: partials take the primal result as a last argument
     checked: str = ""          # derived from a user's rule: its name, to check tangent shapes
+    keep: bool = False         # derived: at the top level, keep the callee's residuals from the
+                               # forward instead of re-running its forward in the reverse
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,12 @@ class _Gen:
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
         self.fusing = False
+        # Top-level calls whose callee's residuals the forward keeps (call id -> residual name);
+        # the others are checkpointed (their forward runs again in the reverse).
+        self.kept = {id(x.expr): f"_rr{k}" for k, x in enumerate(fn.body)
+                     if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Call)
+                     and not x.expr.kwargs and id(x.expr) in plan.calls
+                     and plan.calls[id(x.expr)].kind == "derived" and plan.calls[id(x.expr)].keep}
         # Device code (numbarules.cuda): the tape capacity, a compile-time constant; None on
         # the CPU. See device_vjp.
         self.device = None
@@ -185,22 +193,29 @@ class _Gen:
                 f"the pullback needs")
         # Saved or handed-over scalars get a typed zero first: Numba rejects a variable that some
         # path (a loop that runs zero times) leaves unset.
-        saved = {s.target if isinstance(s, ir.Assign) else s.var for s in ir.walk(fn.body)
-                 if id(s) in self.plan.pushes and isinstance(s, (ir.Assign, ir.For))}
-        pre = sorted(v for v in (set(residuals) | saved)
-                     if v not in fn.params and v in self.types and self.zero(self.types[v]))
-        for v in pre:
-            out.add(f"{v} = {self.zero(self.types[v])}")
-        for x in ir.walk(fn.body):
-            if isinstance(x, (ir.For, ir.While)) and id(x) in self.plan.in_loop \
-                    and id(x) in self.plan.reverse_relevant:
-                out.add(f"_{'n' if isinstance(x, ir.For) else 'w'}{x.id} = 0")
+        for line in self.primal_inits(set(residuals)):
+            out.add(line)
         tape_init = len(out.lines)
         self.block_fwd(fn.body, out, reserved=False)
         inits = self.tape_inits()
         out.lines[tape_init:tape_init] = ["    " + t for t in inits]
         self.forward_lines = out.lines
         return f"def fwd_{self.name}({', '.join(fn.params)}):\n" + "\n".join(out.lines) + "\n"
+
+    def primal_inits(self, names):
+        """A typed zero for ``names`` and every saved scalar: Numba rejects a variable that some
+        path (a loop that runs zero times) leaves unset."""
+        fn = self.fn
+        saved = {s.target if isinstance(s, ir.Assign) else s.var for s in ir.walk(fn.body)
+                 if id(s) in self.plan.pushes and isinstance(s, (ir.Assign, ir.For))}
+        pre = sorted(v for v in (set(names) | saved)
+                     if v not in fn.params and v in self.types and self.zero(self.types[v]))
+        lines = [f"{v} = {self.zero(self.types[v])}" for v in pre]
+        for x in ir.walk(fn.body):
+            if isinstance(x, (ir.For, ir.While)) and id(x) in self.plan.in_loop \
+                    and id(x) in self.plan.reverse_relevant:
+                lines.append(f"_{'n' if isinstance(x, ir.For) else 'w'}{x.id} = 0")
+        return lines
 
     def tape_inits(self):
         if self.device is not None:
@@ -254,7 +269,12 @@ class _Gen:
         if isinstance(s, ir.Assign):
             if pushed:
                 self.push(out, s.target, self.pushed_type(s), reserved)
-            out.add(f"{s.target} = {ir.expr_src(s.expr)}")
+            kept = self.kept.get(id(s.expr)) if self.device is None else None
+            if kept:
+                args = ", ".join(a.src() for a in s.expr.args)
+                out.add(f"{s.target}, {kept} = fwd_{self.calls[id(s.expr)].name}({args})")
+            else:
+                out.add(f"{s.target} = {ir.expr_src(s.expr)}")
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
             if pushed and ir.has_slice(s.index):
@@ -355,6 +375,7 @@ class _Gen:
                       for k in sorted(self.tapes)]
         synthesized = {f"_{c}{x.id}" for x in ir.walk(fn.body) if isinstance(x, (ir.For, ir.While))
                        for c in ("n", "w")}
+        synthesized |= set(self.kept.values())
         primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
         residuals = sorted(v for v in reads if v in primal)
         residuals += [x for k in sorted(self.tapes) for x in (f"_tape_{k}", f"_k_{k}")]
@@ -482,13 +503,28 @@ class _Gen:
         split = _fusion_split(self.fn, self.plan, self.types)
         if split is None:
             return None
-        pre, loop, post, ret = split
+        pre, loop, post, ret, tape = split
+        if tape and self.device is not None:
+            return None     # device tapes are sized for the whole run (device_tape_demand)
+        # post's reverse runs before its forward here: its calls are checkpointed
+        post_calls = {id(x.expr) for x in post if isinstance(x, ir.Assign)}
+        kept, self.kept = self.kept, {k: v for k, v in self.kept.items() if k not in post_calls}
+        try:
+            return self._fused_vjp(pre, loop, post, ret, tape)
+        finally:
+            self.kept = kept
+
+    def _fused_vjp(self, pre, loop, post, ret, tape):
         fn = self.fn
         out = _Out()
         out.add(f"# fused forward and reverse of {fn.name} ({fn.file}:{fn.firstline}): each "
                 f"iteration's adjoint runs right after it")
         if self.device is not None:
             out.add("_need = 0")   # a callee's tape overflow, reported to the caller
+        if tape:
+            assigned = {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}
+            for line in self.primal_inits(assigned):
+                out.add(line)
         start = len(out.lines)
         self.block_fwd(pre, out, reserved=False)
         tape_at = start
@@ -498,11 +534,22 @@ class _Gen:
         if isinstance(ret, ir.Name) and ret.id in self.plan.active:
             out.add(f"{self.names.d(ret.id)} = _dout")
         self.block_rev(post, out)
-        self.fusing = True
-        try:
-            self.fused_loop(loop, out)
-        finally:
-            self.fusing = False
+        if tape:
+            # The tape is empty at each iteration's start and end: it holds one iteration.
+            out.comment(fn, loop.line)
+            out.add(f"for {loop.var} in range({loop.start.src()}, {loop.stop.src()}, "
+                    f"{loop.step.src()}):")
+            out.indent += 1
+            # (What the reverse would recompute per iteration still holds its forward value.)
+            self.block_fwd(loop.body, out, reserved=False)
+            self.block_rev(loop.body, out)
+            out.indent -= 1
+        else:
+            self.fusing = True
+            try:
+                self.fused_loop(loop, out)
+            finally:
+                self.fusing = False
         self.block_fwd(post[:-1], out, reserved=False)
         self.block_rev(pre, out)
         tangents = self.tangents(reads)
@@ -757,6 +804,9 @@ class _Gen:
                 out.add(f"_r = vjp_{cp.name}({', '.join(args)}, {g})")
                 out.add(f"_need = max(_need, _r[{len(e.args) + 1}])")
                 out.add(f"_r = _r[1:{len(e.args) + 1}]")
+            elif id(e) in self.kept:
+                out.read(self.kept[id(e)])
+                out.add(f"_r = bwd_{cp.name}({self.kept[id(e)]}, {g})")
             else:
                 out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
             for k, a in enumerate(e.args):
@@ -1043,7 +1093,15 @@ def _reads_of(s):
 
 
 def _fusion_split(fn, plan, types):
-    """(pre, loop, post, return value) when the fused vjp applies, else None (see fused_vjp)."""
+    """(pre, loop, post, return value, tape) when the fused vjp applies, else None.
+
+    ``tape`` False: nothing in the loop needs saving, and each (nested) iteration's reverse runs
+    right after its forward. ``tape`` True: the loop's iterations are still independent apart
+    from the accumulators, but an iteration saves values on the tape (a running max, a nested
+    loop's carried scalar): each iteration's reverse runs right after its forward, popping what
+    that iteration pushed, so the tape holds one iteration's worth and stays in cache.
+    See fused_vjp.
+    """
     body = list(fn.body)
     loops = [k for k, s in enumerate(body) if isinstance(s, (ir.For, ir.While))]
     if len(loops) != 1 or not isinstance(body[loops[0]], ir.For):
@@ -1056,11 +1114,11 @@ def _fusion_split(fn, plan, types):
     inside = list(ir.walk(loop.body))
     if any(isinstance(s, (ir.While, ir.Store)) for s in inside):
         return None
-    if any(isinstance(s, ir.If) and any(isinstance(x, ir.For) for x in ir.walk(s.body + s.orelse))
-           for s in inside):
-        return None
     if any(id(s) in plan.pushes for s in ir.walk(post)):
         return None
+    tape = any(id(s) in plan.pushes for s in inside) or any(
+        isinstance(s, ir.If) and any(isinstance(x, ir.For) for x in ir.walk(s.body + s.orelse))
+        for s in inside)
     sites = {}
     for s in inside:
         if isinstance(s, ir.Assign):
@@ -1072,8 +1130,10 @@ def _fusion_split(fn, plan, types):
     after = {n for s in post for n in _reads_of(s)}
     reductions = set()
     for v, ss in sites.items():
-        if len(ss) == 1 and v not in after and not _read_before(loop, v):
-            continue       # lives within one iteration
+        if v not in after and not _read_before(loop, v):
+            # lives within one iteration (several assignments in it need the tape)
+            tape = tape or len(ss) > 1
+            continue
         if _is_reduction(v, ss, reads, inside) and v not in plan.needed:
             reductions.add(v)
             continue
@@ -1085,7 +1145,7 @@ def _fusion_split(fn, plan, types):
             need = analysis_reads(s, plan)
             if need & (assigned | assigned_post):
                 return None
-    return pre, loop, post, ret
+    return pre, loop, post, ret, tape
 
 
 def analysis_reads(s, plan):
