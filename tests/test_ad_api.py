@@ -280,3 +280,21 @@ def test_a_renamed_function_is_found_by_its_line_never_guessed():
     pair = [lambda x: x * 2.0, lambda x: x * 5.0]
     with pytest.raises(nr.UnsupportedSyntaxError, match="cannot tell which definition"):
         nr.grad(pair[1])(1.0)
+
+
+def overwritten_argument(x, y, n):
+    x = y * 2.0          # x's own value never reaches the result
+    s = 0.0
+    for i in range(n):
+        s += x * y       # s's adjoint restarts at -0.0 each iteration (reset_zero)
+        y = y * 0.5
+    return s
+
+
+def test_overwritten_arguments_get_a_plus_zero_tangent():
+    gx, gy, gn = nr.grad(overwritten_argument, argnums=(0, 1, 2))(1.5, 0.7, 3)
+    assert gx == 0.0 and math.copysign(1.0, gx) == 1.0       # +0.0, not the reset's -0.0
+    assert gn is None
+    # s = sum_i 2 y (y / 2^i) = 2 y^2 (1 + 1/2 + 1/4) for n = 3
+    assert gy == pytest.approx(4.0 * 0.7 * (1 + 0.5 + 0.25), rel=1e-14)
+    check_grad(overwritten_argument, 1.5, 0.7, 3)

@@ -110,6 +110,8 @@ saving only what the reverse pass reads; one iteration's tape
     zero_trip_accumulator         per-row accumulators whose inner loop may run zero times
     fused_rows_with_branch        a loop inside a branch inside fused rows, values saved in it
     top_level_helper_kept         a top-level helper call whose residuals the forward keeps
+    quotients_overwritten         divisions whose adjoints read the quotient, which the loop
+                                  then overwrites (constant 1.0 and 2.0 numerators, a / b)
 """
 import math
 
@@ -1088,6 +1090,20 @@ def _rows_energy(v, a):
         e += math.exp(-a * v[i] * v[i])
     return e
 
+
+
+@program(args(vectors(away(-2.0, 2.0, 0.0, gap=0.3)), floats(0.5, 2.0)))
+def quotients_overwritten(x, a):
+    s = 0.0
+    q = 0.0
+    for i in range(len(x)):
+        q = 1.0 / x[i]            # d_x = -g q q: reads q, overwritten next iteration
+        r = 2.0 / (q * q + a)
+        s += q * r
+        q = (s + a) / (x[i] * x[i] + a)   # both active: one division for both adjoints
+        s += q
+        a = a / (q * q + 1.0) + 0.5
+    return s + q * a
 
 
 # --- float32 ------------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ class Plan:
     in_loop: frozenset         # id() of statements inside some loop
     reverse_relevant: frozenset  # id() of statements the reverse pass must visit
     views: dict = None         # array variable -> the Assign that made it a view of another
+    quotients: frozenset = frozenset()  # id() of scalar divisions whose adjoint reads the quotient
 
 
 def plan(fn, types, mask, classify):
@@ -105,12 +106,17 @@ def plan(fn, types, mask, classify):
     result_reads = {s.target for s in stmts if isinstance(s, ir.Assign)
                     and isinstance(s.expr, ir.Call) and id(s.expr) in calls
                     and calls[id(s.expr)].with_result}
+    quotients = frozenset(id(s.expr) for s in stmts if isinstance(s, ir.Assign)
+                          and s.target in active and _divides_by_active(s.expr, active)
+                          and isinstance(types.get(s.target), nbt.Float))
+    result_reads |= {s.target for s in stmts if isinstance(s, ir.Assign) and id(s.expr) in quotients}
     recompute = _recomputable(fn.body, sites, types)
     tests = set()
     while True:
-        needed = _needed(stmts, active, recompute, callee_reads, tests | result_reads)
+        needed = _needed(stmts, active, recompute, callee_reads, tests | result_reads, quotients)
         pushes = _pushes(fn.body, stmts, sites, needed, recompute, in_loop, alias, types,
-                         lambda s: _rev_reads(s, active, callee_reads), tests, result_reads)
+                         lambda s: _rev_reads(s, active, callee_reads, quotients), tests,
+                         result_reads)
         relevant = _reverse_relevant(fn.body, active, pushes)
         # Branch tests matter only where the reverse pass replays the branch.
         more = {s.test.id for s in stmts if isinstance(s, ir.If) and id(s) in relevant
@@ -121,7 +127,7 @@ def plan(fn, types, mask, classify):
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
                 {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant),
-                {v: s for v, s in view_of.items() if v in active})
+                {v: s for v, s in view_of.items() if v in active}, quotients)
 
 
 def _target(s):
@@ -467,18 +473,18 @@ def _recompute_operands(group, recomputed_targets):
     return {n for s in group for n in _reads(s.expr) if n not in recomputed_targets}
 
 
-def _rev_reads(s, active, callee_reads):
+def _rev_reads(s, active, callee_reads, quotients):
     if s.target in active:
-        return frozenset(adjoint_reads(s.expr, active, callee_reads))
+        return frozenset(adjoint_reads(s.expr, active, callee_reads, quotients))
     return frozenset()
 
 
-def _needed(stmts, active, recompute, callee_reads, tests):
+def _needed(stmts, active, recompute, callee_reads, tests, quotients):
     """Names whose primal values the reverse pass reads (directly or to recompute)."""
     need = set(tests)
     for s in stmts:
         if isinstance(s, ir.Assign) and s.target in active:
-            need.update(adjoint_reads(s.expr, active, callee_reads))
+            need.update(adjoint_reads(s.expr, active, callee_reads, quotients))
         elif isinstance(s, ir.Store) and s.array in active:
             need.update(a.id for a in ir.index_atoms(s.index) if isinstance(a, ir.Name))
         elif isinstance(s, ir.For):
@@ -496,7 +502,17 @@ def _needed(stmts, active, recompute, callee_reads, tests):
     return frozenset(need)
 
 
-def adjoint_reads(expr, active, callee_reads):
+def _divides_by_active(expr, active):
+    """``a / b`` with b active and a a constant or active: its adjoint is cheaper from the
+    quotient (one division fewer, none for a constant 1.0)."""
+    if not (isinstance(expr, ir.BinOp) and expr.op == "/"):
+        return False
+    a, b = expr.a, expr.b
+    act = lambda x: isinstance(x, ir.Name) and x.id in active   # noqa: E731
+    return act(b) and (act(a) or (isinstance(a, ir.Const) and isinstance(a.value, float)))
+
+
+def adjoint_reads(expr, active, callee_reads, quotients=frozenset()):
     """What the adjoint of ``t = expr`` reads, given which operands are active."""
     act = lambda a: isinstance(a, ir.Name) and a.id in active   # noqa: E731
     names = lambda *xs: [x.id for x in xs if isinstance(x, ir.Name)]   # noqa: E731
@@ -505,6 +521,9 @@ def adjoint_reads(expr, active, callee_reads):
         if expr.op == "*":
             return (names(b) if act(a) else []) + (names(a) if act(b) else [])
         if expr.op == "/":
+            if id(expr) in quotients:
+                # q = a / b: d_b = -(g / b) q, or -g q q / a for a constant a (quotient_adjoint)
+                return [] if isinstance(a, ir.Const) else names(b)
             return names(b) + (names(a) if act(b) else [])
         if expr.op in ("**", "%", "//"):
             return names(a, b)

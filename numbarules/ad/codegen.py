@@ -177,6 +177,15 @@ class _Gen:
             return "0" if t == nbt.int64 else f"_np.{t}(0)"
         return None
 
+    def reset_zero(self, t):
+        """The value a scalar adjoint restarts from when its variable is written again: -0.0,
+        the exact identity of +, so that LLVM folds ``d = -0.0; d += g`` to ``d = g``. With
+        +0.0 it may not (+0.0 + -0.0 is +0.0), and the add stays on the loop-carried chain of
+        every accumulating loop (measured 4 ms of 33 on the logsumexp benchmark)."""
+        if isinstance(t, nbt.Float):
+            return "-0.0" if t == nbt.float64 else f"_np.{t}(-0.0)"
+        return self.zero(t) or "0.0"
+
     def pushed_type(self, s):
         if isinstance(s, ir.Store):
             return self.types[s.array].dtype
@@ -478,8 +487,11 @@ class _Gen:
                 tangents.append("None")
             elif p in self.plan.active:
                 # Scalar tangents have the argument's own type (the vjp declares it).
+                # A reassigned argument's adjoint restarts at -0.0 (reset_zero); + 0.0 makes
+                # a tangent that received nothing +0.0 again.
+                z = " + 0.0" if self.sites.get(p) else ""
                 tangents.append(d if is_float_array(t) or is_float_struct(t) else
-                                (f"float({d})" if t == nbt.float64 else f"_np.{t}({d})"))
+                                (f"float({d}{z})" if t == nbt.float64 else f"_np.{t}({d}{z})"))
             elif is_float_struct(t):
                 tangents.append(self.struct_zero(p, t, reads))
             elif is_float_array(t):
@@ -639,12 +651,17 @@ class _Gen:
             j, n = f"_j{s.id}", f"_n{s.id}"
             for name in [n] + [a.id for a in (s.start, s.step) if isinstance(a, ir.Name)]:
                 out.read(name)
-            out.add(f"for {j} in range({n} - 1, -1, -1):")
+            # A while loop, not range(n - 1, -1, -1): its guard tells LLVM that j >= 0, so the
+            # negative-index wraparound Numba puts on x[j] folds away and the loop can
+            # vectorize (measured 5-7x faster on a plain adjoint loop).
+            out.add(f"{j} = {n} - 1")
+            out.add(f"while {j} >= 0:")
             out.indent += 1
             out.local.append({s.var})
             out.add(f"{s.var} = {s.start.src()} + {j} * {s.step.src()}")
             self.recompute(s, out)
             self.block_rev(s.body, out)
+            out.add(f"{j} -= 1")
             out.local.pop()
             out.indent -= 1
             if id(s) in plan.in_loop:
@@ -691,7 +708,7 @@ class _Gen:
             return d         # arrays and structs are bound once: their adjoints are never reset
         if len(self.sites.get(s.target, ())) > 1 or id(s) in self.plan.in_loop:
             out.add(f"_g = {d}")
-            out.add(f"{d} = {self.zero(self.types[s.target]) or '0.0'}")
+            out.add(f"{d} = {self.reset_zero(self.types[s.target])}")
             return "_g"
         return d
 
@@ -718,6 +735,9 @@ class _Gen:
             for k, a in enumerate(e.items):
                 if act(a):
                     out.add(f"{d(a.id)} += {g}[{k}]")
+        elif isinstance(e, ir.BinOp) and id(e) in plan.quotients:
+            for line in _quotient_adjoint(e.a, e.b, src(ir.Name(s.target)), act, src, g, d):
+                out.add(line)
         elif isinstance(e, ir.BinOp):
             for line in _binop_adjoint(e.op, e.a, e.b, act, src, g,
                                        self.accumulator(t, d, src), self.rank):
@@ -950,6 +970,20 @@ def _tuple_add(acc, t, g, only=None):
     return "(" + "".join(p + ", " for p in parts) + ")"
 
 
+def _quotient_adjoint(a, b, q, act, src, g, d):
+    """Lines for the adjoint of the scalar ``q = a / b`` (b active; a active or a float constant),
+    written with the quotient: d_a = g / b, d_b = -(g / b) q = -g q q / a. Divisions cost 4-5x a
+    multiplication; this takes one where the textbook form takes two (a active) or none where it
+    takes one (a = 1.0: 1 / r in pair potentials)."""
+    if isinstance(a, ir.Const):
+        c = a.value
+        scaled = f"{g} * ({q} * {q})" if c == 1.0 else f"{g} * ({q} * {q}) / {c!r}"
+        return [f"{d(b.id)} -= {scaled}"]
+    return [f"_q = {g} / {src(b)}",
+            f"{d(a.id)} += _q",
+            f"{d(b.id)} -= _q * {q}"]
+
+
 def _binop_adjoint(op, a, b, act, src, g, acc, ndim):
     """Lines for the adjoint of ``t = a <op> b``; ``acc(x, sign, expr)`` writes one contribution
     (reduced to x's shape when NumPy broadcast it), ``ndim(x)`` is an operand's rank (0: scalar)."""
@@ -1150,7 +1184,7 @@ def _fusion_split(fn, plan, types):
 
 def analysis_reads(s, plan):
     """Names the adjoint of ``s`` reads (for the fusion check)."""
-    return set(adjoint_reads(s.expr, plan.active, lambda call: True))
+    return set(adjoint_reads(s.expr, plan.active, lambda call: True, plan.quotients))
 
 
 def _read_before(loop, v):
