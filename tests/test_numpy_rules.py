@@ -143,3 +143,46 @@ def test_max_min_prod_cumsum_norm_clip(x):
 def test_prod_with_a_zero_is_exact():
     x = np.array([2.0, 0.0, 3.0])
     np.testing.assert_allclose(nr.grad(lambda v: np.prod(v))(x), [0.0, 6.0, 0.0])
+
+
+def tanh_exp_layouts(A, s):
+    # A.T is F-ordered, A[::-1, ::2] strided: the vectorized array rules take any layout.
+    return (np.sum(np.tanh(A.T * s) * np.exp(A.T)) + np.sum(np.tanh(A[::-1, ::2]) ** 2)
+            + np.sum(np.exp(A[:, 0]) * s))
+
+
+def tanh_exp_adjoint(A, s):
+    """Hand-written gradient of tanh_exp_layouts."""
+    T, E = np.tanh(A * s), np.exp(A)
+    dA = (1 - T * T) * s * E + T * E
+    dS = np.sum((1 - T * T) * A * E)
+    V = np.tanh(A[::-1, ::2])
+    dA[::-1, ::2] += 2 * V * (1 - V * V)
+    dA[:, 0] += np.exp(A[:, 0]) * s
+    return dA, dS + np.sum(np.exp(A[:, 0]))
+
+
+@settings(max_examples=8, deadline=None)
+@given(dims.flatmap(lambda m: dims.flatmap(lambda n: arrays((m, n + 1), elements))), elements)
+def test_array_tanh_and_exp_rules_on_any_layout(A, s):
+    check_grad(tanh_exp_layouts, A, s)
+    dA, dS = nr.grad(tanh_exp_layouts, argnums=(0, 1))(A, s)
+    hA, hS = tanh_exp_adjoint(A, s)
+    np.testing.assert_allclose(dA, hA, rtol=1e-12, atol=1e-12)
+    assert dS == pytest.approx(hS, rel=1e-12, abs=1e-12)
+
+
+def test_array_tanh_and_exp_use_their_array_rules_and_keep_float32():
+    A = np.linspace(-30.0, 30.0, 24).reshape(4, 6)   # both ends saturate tanh
+    assert nr.rule_for(np.tanh, A).kind == "rrule"
+    assert nr.rule_for(np.tanh, 0.5).kind == "scalar"
+
+    def f(A):
+        return np.sum(np.tanh(A) * np.exp(A))
+    assert "fwd__tanh_array" in nr.code(f, A) and "fwd__exp_array" in nr.code(f, A)
+    A32 = (A * 0.1).astype(np.float32)
+    g = nr.grad(f)(A32)
+    assert g.dtype == np.float32
+    T, E = np.tanh(A * 0.1), np.exp(A * 0.1)
+    np.testing.assert_allclose(g, (1 - T * T) * E + T * E, rtol=1e-5)
+    check_grad(f, A * 0.1)
