@@ -237,8 +237,8 @@ def ad_stats(f, *args, argnums=None):
 
     ``tape_bytes``: bytes pushed on the tapes; ``residual_bytes``: tapes plus the arrays and
     scalars handed to the pullback (arrays that are inputs count too); ``fused``: whether the
-    gradient runs as one fused pass (a reduction loop: nothing is saved). Runs the forward
-    kernel once.
+    gradient runs as one fused pass (a reduction loop: nothing is saved, or at most one
+    iteration's tape, reused by every iteration; both count as 0). Runs the forward kernel once.
     """
     spec = _spec_for_call(f, args, argnums)
     _, residuals = spec.fwd(*args)
@@ -247,7 +247,7 @@ def ad_stats(f, *args, argnums=None):
     tape = sum(int(values[f"_k_{k}"]) * values[f"_tape_{k}"].itemsize for k in spec.kernels.tape_keys)
     total = sum(_nbytes(v) for n, v in values.items() if not n.startswith("_tape_"))
     if spec.kernels.fused:
-        # grad and value_and_grad run the fused vjp: one pass, nothing saved in its loop.
+        # grad and value_and_grad run the fused vjp: one pass, at most one iteration saved.
         tape = total = 0
     return {"tape_bytes": tape, "residual_bytes": total + tape, "residuals": names,
             "fused": spec.kernels.fused}

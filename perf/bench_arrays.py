@@ -74,7 +74,8 @@ def _time_interleaved(fns, args, rounds, burst=3):
     so that all of them share the machine's slow and fast moments (the ratio is what is
     reported). Bursts, not single calls: alternating two functions that each allocate tens of
     MB makes glibc return and re-fault that memory on every call (both get ~1.8x slower), which
-    is not how a training loop calls a gradient."""
+    is not how a training loop calls a gradient. (bench_ad.time_interleaved takes the mean
+    of a sample with no warm-up call after the switch: here that measured the re-faulting.)"""
     best = dict.fromkeys(fns, math.inf)
     for _ in range(rounds):
         for label, fn in fns.items():

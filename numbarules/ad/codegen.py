@@ -736,7 +736,7 @@ class _Gen:
                 if act(a):
                     out.add(f"{d(a.id)} += {g}[{k}]")
         elif isinstance(e, ir.BinOp) and id(e) in plan.quotients:
-            for line in _quotient_adjoint(e.a, e.b, src(ir.Name(s.target)), act, src, g, d):
+            for line in _quotient_adjoint(e.a, e.b, src(ir.Name(s.target)), src, g, d):
                 out.add(line)
         elif isinstance(e, ir.BinOp):
             for line in _binop_adjoint(e.op, e.a, e.b, act, src, g,
@@ -970,7 +970,7 @@ def _tuple_add(acc, t, g, only=None):
     return "(" + "".join(p + ", " for p in parts) + ")"
 
 
-def _quotient_adjoint(a, b, q, act, src, g, d):
+def _quotient_adjoint(a, b, q, src, g, d):
     """Lines for the adjoint of the scalar ``q = a / b`` (b active; a active or a float constant),
     written with the quotient: d_a = g / b, d_b = -(g / b) q = -g q q / a. Divisions cost 4-5x a
     multiplication; this takes one where the textbook form takes two (a active) or none where it
