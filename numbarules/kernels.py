@@ -344,18 +344,30 @@ def _refuse_argument_writes(fn, types):
     """A function that writes into an argument array cannot be replayed (checkpointing runs a
     callee's forward again) nor have its input restored for the caller: refuse it."""
     params = set(fn.params)
+    # Every array a name may be bound to (a name may be bound several times: `a, b = b, a`).
     bound = {}
     for s in ir.walk(fn.body):
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
-            bound[s.target] = s.expr.a.id
+            bound.setdefault(s.target, set()).add(s.expr.a.id)
         elif isinstance(s, ir.Assign) and analysis.view_base(s.expr, types) is not None:
-            bound[s.target] = analysis.view_base(s.expr, types)   # a slice writes its base
+            # a slice writes its base
+            bound.setdefault(s.target, set()).add(analysis.view_base(s.expr, types))
+
+    def argument_behind(name):
+        seen, stack = set(), [name]
+        while stack:                 # a graph walk: bindings may form cycles (swaps)
+            v = stack.pop()
+            if v in params:
+                return v
+            if v not in seen:
+                seen.add(v)
+                stack.extend(bound.get(v, ()))
+        return None
+
     for s in ir.walk(fn.body):
         if isinstance(s, ir.Store):
-            root = s.array
-            while root in bound and root not in params:
-                root = bound[root]
-            if root in params:
+            root = argument_behind(s.array)
+            if root is not None:
                 raise UnsupportedSyntaxError(
                     f"writing into the argument array '{root}'\n"
                     f'  File "{fn.file}", line {s.line}, in {fn.name}\n'

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from numba import types as nbt
 
-from . import ir
+from . import fusion, ir
 from ..structs import Tangent
-from .analysis import adjoint_reads, is_float, is_float_array, is_float_struct, is_float_tuple
+from .analysis import is_float, is_float_array, is_float_struct, is_float_tuple
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
 
@@ -512,10 +512,10 @@ class _Gen:
         values from ``pre``). Then nothing needs saving or recomputing: one pass over the data,
         as a hand-written adjoint would do.
         """
-        split = _fusion_split(self.fn, self.plan, self.types)
-        if split is None:
+        plan = fusion.fusion(self.fn, self.plan)
+        if plan is None:
             return None
-        pre, loop, post, ret, tape = split
+        pre, loop, post, ret, tape = plan.pre, plan.loop, list(plan.post), plan.result, plan.tape
         if tape and self.device is not None:
             return None     # device tapes are sized for the whole run (device_tape_demand)
         # post's reverse runs before its forward here: its calls are checkpointed
@@ -578,6 +578,7 @@ class _Gen:
         out.comment(self.fn, loop.line)
         out.add(f"for {loop.var} in range({loop.start.src()}, {loop.stop.src()}, {loop.step.src()}):")
         out.indent += 1
+        n = len(out.lines)
         for s in loop.body:
             if isinstance(s, ir.For):
                 self.fused_loop(s, out)
@@ -586,6 +587,8 @@ class _Gen:
         for s in reversed(loop.body):
             if not isinstance(s, ir.For) and id(s) in self.plan.reverse_relevant:
                 self.stmt_rev(s, out)
+        if all(line.strip().startswith("#") for line in out.lines[n:]):
+            out.add("pass")
         out.indent -= 1
 
     def pop(self, out, target, t):
@@ -977,6 +980,8 @@ def _quotient_adjoint(a, b, q, src, g, d):
     takes one (a = 1.0: 1 / r in pair potentials)."""
     if isinstance(a, ir.Const):
         c = a.value
+        if c == 0.0:
+            return []       # 0 / b is constant (b != 0); at b == 0 the value is already nan
         scaled = f"{g} * ({q} * {q})" if c == 1.0 else f"{g} * ({q} * {q}) / {c!r}"
         return [f"{d(b.id)} -= {scaled}"]
     return [f"_q = {g} / {src(b)}",
@@ -1006,18 +1011,17 @@ def _binop_adjoint(op, a, b, act, src, g, acc, ndim):
         if act(b):
             lines.append(acc(b, "-", f"{g} * {src(a)} / ({src(b)} * {src(b)})"))
     elif op == "**":
+        # JAX's conventions where a formula gives 0 * inf: d/da is 0 where b == 0, and d/db
+        # takes log(a) as 0 where a == 0 (runtime._pow_da, _pow_db; element-wise on arrays).
         if act(a):
             if isinstance(b, ir.Const) and b.value == 2:
                 lines.append(acc(a, "+", f"{g} * 2.0 * {src(a)}"))
-            elif ndim(b) == 0:
-                # b * a**(b-1), with the b == 0 case exact (0 * 0**-1 would be nan at a == 0)
-                lines.append(acc(a, "+", f"{g} * ({src(b)} * {src(a)} ** ({src(b)} - 1) "
-                                         f"if {src(b)} != 0 else 0.0)"))
+            elif isinstance(b, ir.Const) and b.value != 0:
+                lines.append(acc(a, "+", f"{g} * ({b.value!r} * {src(a)} ** {b.value - 1!r})"))
             else:
-                lines.append(acc(a, "+", f"{g} * {src(b)} * {src(a)} ** ({src(b)} - 1)"))
+                lines.append(acc(a, "+", f"{g} * _pow_da({src(a)}, {src(b)})"))
         if act(b):
-            log = "_math.log" if ndim(a) == 0 else "_np.log"
-            lines.append(acc(b, "+", f"{g} * {src(a)} ** {src(b)} * {log}({src(a)})"))
+            lines.append(acc(b, "+", f"{g} * _pow_db({src(a)}, {src(b)})"))
     elif op == "%":
         if act(a):
             lines.append(acc(a, "+", g))
@@ -1065,7 +1069,7 @@ def _forwardable(fn, types, plan):
     def visit(stmts, k):
         for s in stmts:
             block[id(s)] = k
-            for name in _reads_of(s):
+            for name in fusion.reads_of(s):
                 readers.setdefault(name, []).append(s)
             if isinstance(s, ir.Assign):
                 sites.setdefault(s.target, []).append(s)
@@ -1106,133 +1110,3 @@ def _forwardable(fn, types, plan):
 
 
 _NO_PLAN = CallPlan("none")
-
-
-def _reads_of(s):
-    if isinstance(s, ir.Assign):
-        atoms = s.expr.atoms()
-    elif isinstance(s, ir.Store):
-        atoms = ir.index_atoms(s.index) + (s.value, ir.Name(s.array))
-    elif isinstance(s, ir.If):
-        atoms = (s.test,)
-    elif isinstance(s, ir.For):
-        atoms = (s.start, s.stop, s.step)
-    elif isinstance(s, ir.While):
-        atoms = (s.test,)
-    elif isinstance(s, ir.Return):
-        atoms = (s.value,)
-    else:
-        atoms = ()
-    return [a.id for a in atoms if isinstance(a, ir.Name)]
-
-
-def _fusion_split(fn, plan, types):
-    """(pre, loop, post, return value, tape) when the fused vjp applies, else None.
-
-    ``tape`` False: nothing in the loop needs saving, and each (nested) iteration's reverse runs
-    right after its forward. ``tape`` True: the loop's iterations are still independent apart
-    from the accumulators, but an iteration saves values on the tape (a running max, a nested
-    loop's carried scalar): each iteration's reverse runs right after its forward, popping what
-    that iteration pushed, so the tape holds one iteration's worth and stays in cache.
-    See fused_vjp.
-    """
-    body = list(fn.body)
-    loops = [k for k, s in enumerate(body) if isinstance(s, (ir.For, ir.While))]
-    if len(loops) != 1 or not isinstance(body[loops[0]], ir.For):
-        return None
-    k = loops[0]
-    pre, loop, post = body[:k], body[k], body[k + 1:]
-    ret = post[-1].value if post and isinstance(post[-1], ir.Return) else None
-    if ret is None or any(isinstance(s, (ir.For, ir.While)) for s in ir.walk(pre + post)):
-        return None
-    inside = list(ir.walk(loop.body))
-    if any(isinstance(s, (ir.While, ir.Store)) for s in inside):
-        return None
-    if any(id(s) in plan.pushes for s in ir.walk(post)):
-        return None
-    tape = any(id(s) in plan.pushes for s in inside) or any(
-        isinstance(s, ir.If) and any(isinstance(x, ir.For) for x in ir.walk(s.body + s.orelse))
-        for s in inside)
-    sites = {}
-    for s in inside:
-        if isinstance(s, ir.Assign):
-            sites.setdefault(s.target, []).append(s)
-    reads = {}
-    for s in inside:
-        for name in _reads_of(s):
-            reads.setdefault(name, []).append(s)
-    after = {n for s in post for n in _reads_of(s)}
-    reductions = set()
-    for v, ss in sites.items():
-        if v not in after and not _read_before(loop, v):
-            # lives within one iteration (several assignments in it need the tape)
-            tape = tape or len(ss) > 1
-            continue
-        if _is_reduction(v, ss, reads, inside) and v not in plan.needed:
-            reductions.add(v)
-            continue
-        return None
-    assigned = set(sites) | {s.var for s in inside if isinstance(s, ir.For)} | {loop.var}
-    assigned_post = {s.target for s in post if isinstance(s, ir.Assign)}
-    for s in post:
-        if isinstance(s, ir.Assign) and s.target in plan.active:
-            need = analysis_reads(s, plan)
-            if need & (assigned | assigned_post):
-                return None
-    return pre, loop, post, ret, tape
-
-
-def analysis_reads(s, plan):
-    """Names the adjoint of ``s`` reads (for the fusion check)."""
-    return set(adjoint_reads(s.expr, plan.active, lambda call: True, plan.quotients))
-
-
-def _read_before(loop, v):
-    """Whether some iteration reads ``v`` before assigning it (a value carried across)."""
-    return _first_access(loop.body, v) == "read"
-
-
-def _first_access(stmts, v):
-    """"read" or "assigned": what happens to ``v`` first in ``stmts``; None if neither."""
-    for s in stmts:
-        if isinstance(s, ir.If):
-            if v in _reads_of(s):
-                return "read"
-            a, b = _first_access(s.body, v), _first_access(s.orelse, v)
-            if "read" in (a, b):
-                return "read"
-            if a == b == "assigned":
-                return "assigned"
-        elif isinstance(s, (ir.For, ir.While)):
-            if v in _reads_of(s):
-                return "read"
-            inner = _first_access(s.body, v)
-            if inner:
-                return inner
-        else:
-            if v in _reads_of(s):
-                return "read"
-            if isinstance(s, ir.Assign) and s.target == v:
-                return "assigned"
-    return None
-
-
-def _is_reduction(v, sites, reads, inside):
-    """Every site is ``v = t`` with ``t = v + u``, ``u + v`` or ``v - u``, and v is read
-    nowhere else in the loop."""
-    defs = {s.target: s for s in inside if isinstance(s, ir.Assign)}
-    updates = []
-    for s in sites:
-        if not (isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name)):
-            return False
-        t = defs.get(s.expr.a.id)
-        if t is None or not isinstance(t.expr, ir.BinOp) or t.expr.op not in ("+", "-"):
-            return False
-        a_is_v, b_is_v = t.expr.a == ir.Name(v), t.expr.b == ir.Name(v)
-        if t.expr.op == "+" and a_is_v == b_is_v:       # exactly one operand is v
-            return False
-        if t.expr.op == "-" and not (a_is_v and not b_is_v):
-            return False
-        updates.append(t)
-    readers = reads.get(v, [])
-    return all(any(r is u for u in updates) for r in readers)

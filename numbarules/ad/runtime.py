@@ -1,5 +1,7 @@
 """Small compiled helpers the generated kernels call: trip counts and tape growth."""
 
+import math
+
 import numba
 import numpy as np
 from numba import types
@@ -58,7 +60,20 @@ def _cast_impl(x, dtype):
     return lambda x, dtype: x.astype(dtype)
 
 
-HELPERS = {"_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
+# Partial derivatives of a ** b where the textbook formulas give 0 * inf = nan, following JAX:
+# d/da = b a**(b-1) is 0 where b == 0 (a**0 is constant), d/db = a**b log(a) is 0 where a == 0.
+# Lazily typed ufuncs: scalars and broadcasting arrays alike, compiled per dtype on first use.
+@numba.vectorize
+def _pow_da(a, b):
+    return 0.0 if b == 0 else b * a ** (b - 1.0)
+
+
+@numba.vectorize
+def _pow_db(a, b):
+    return 0.0 if a == 0 else a ** b * math.log(a)
+
+
+HELPERS = {"_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
            "_push_view": _push_view, "_np": np}
 
 

@@ -1,8 +1,10 @@
 """Scalar rules for ``math`` and the numeric builtins (``abs``, ``min``, ``max``, ``pow``).
 
 Where a derivative is cheapest from the result (exp, sqrt, tanh, ...) the rule takes it as a last
-argument (``uses_result=True``). Ties of ``min``/``max`` and the kink of ``abs`` at 0 send the
-whole cotangent to the first argument, as Julia's ChainRules does.
+argument (``uses_result=True``). Where a function is not differentiable, or a formula would give
+0 * inf, the rules follow JAX: ``abs`` and ``fabs`` take the slope +1 at 0, ties of ``min`` /
+``max`` split the cotangent in halves, ``pow`` takes ``log(0)`` as 0 in the exponent's partial
+and gives 0 for the base's partial where the exponent is 0.
 """
 
 import math
@@ -101,14 +103,16 @@ def _hypot(x, y, r):
     return (x / r, y / r)
 
 
+# JAX's conventions where the formulas give 0 * inf: d/dx is 0 where y == 0 (x**0 is constant),
+# d/dy takes log(x) as 0 where x == 0; a negative x gives nan for d/dy (log of a negative).
 @scalar_rule(math.pow, uses_result=True)
 def _pow(x, y, r):
-    return (y * x ** (y - 1.0), r * math.log(x) if x > 0.0 else 0.0)
+    return (0.0 if y == 0.0 else y * x ** (y - 1.0), 0.0 if x == 0.0 else r * math.log(x))
 
 
 @scalar_rule(pow, uses_result=True)
 def _builtin_pow(x, y, r):
-    return (y * x ** (y - 1.0), r * math.log(x) if x > 0.0 else 0.0)
+    return (0.0 if y == 0.0 else y * x ** (y - 1.0), 0.0 if x == 0.0 else r * math.log(x))
 
 
 @scalar_rule(math.fabs)
@@ -126,11 +130,13 @@ def _erf(x):
     return (2.0 / math.sqrt(math.pi) * math.exp(-x * x),)
 
 
+# Ties split the cotangent in halves (JAX's convention for minimum / maximum): the gradient is
+# then the same whichever argument order the user wrote.
 @scalar_rule(min)
 def _min(a, b):
-    return (1.0, 0.0) if a <= b else (0.0, 1.0)
+    return (1.0, 0.0) if a < b else ((0.0, 1.0) if a > b else (0.5, 0.5))
 
 
 @scalar_rule(max)
 def _max(a, b):
-    return (1.0, 0.0) if a >= b else (0.0, 1.0)
+    return (1.0, 0.0) if a > b else ((0.0, 1.0) if a < b else (0.5, 0.5))
