@@ -74,6 +74,7 @@ _NODES = {}                                   # (dispatcher, args) -> Node
 _DECISIONS = collections.defaultdict(dict)    # function -> {lattice sig: {(Node, kind): outcome}}
 _SPECS = {}                                   # (method, args) -> dispatcher of that method
 _HELPERS = weakref.WeakKeyDictionary()        # plain Python function -> its nr.jit dispatcher
+_JITTED = weakref.WeakKeyDictionary()         # function -> the nr.jit dispatcher being made of it
 _counts = collections.Counter()
 _by_function = collections.Counter()
 _by_owner = weakref.WeakKeyDictionary()       # generic function or nr.jit dispatcher -> compiles
@@ -198,14 +199,20 @@ class _DiskSlot:
         self.persist = persist
 
     def _key(self, argtypes):
-        return diskcache.key_of((self.persist, tuple(str(a) for a in argtypes)))
+        # The dispatcher itself too: its options and the Python function Numba compiles, whose
+        # globals, cells and constants Numba freezes (for AD kernels: the generated code, with
+        # the constants and values the AD frontend resolved). None: something it freezes cannot
+        # be fingerprinted soundly, so it is neither loaded nor stored.
+        return diskcache.key_of((self.persist, tuple(str(a) for a in argtypes), self.disp))
 
     def load_overload(self, sig, target_context):
         argtypes = tuple(sig)
         if self.persist is not None and diskcache.enabled():
             adopted = []
             try:
-                found = diskcache.load(self._key(argtypes), lambda meta: _still_valid(meta, adopted))
+                key = self._key(argtypes)
+                found = None if key is None else diskcache.load(
+                    key, lambda meta: _still_valid(meta, adopted))
             except Exception as exc:    # noqa: BLE001 - a cache failure must never stop a compile
                 warnings.warn(f"numbarules: the disk cache could not be read ({type(exc).__name__}: "
                               f"{exc}); compiling instead", RuntimeWarning, stacklevel=2)
@@ -243,8 +250,11 @@ class _DiskSlot:
         payload = numba_glue.serialize_result(cres)
         if payload is None:
             return
+        key = self._key(args)
+        if key is None:
+            return
         meta = {"label": self.label, "decisions": decisions}
-        if diskcache.save(self._key(args), meta, payload):
+        if diskcache.save(key, meta, payload):
             _counts["disk_writes"] += 1
 
     def flush(self):
@@ -263,9 +273,10 @@ def _portable_decisions(node):
         stack.extend(n.callees)
         for f, _, kind, outcome, argtypes in n.decisions:
             name = diskcache.ref(f)
-            if name is None or argtypes is None:
+            digest = diskcache.fingerprint(outcome)
+            if name is None or argtypes is None or digest is None:
                 return None
-            out.add((name, argtypes, kind, diskcache.fingerprint(outcome)))
+            out.add((name, argtypes, kind, digest))
     return sorted(out, key=repr)
 
 
@@ -279,7 +290,8 @@ def _still_valid(meta, adopted):
             return False
         sig = tuple(from_numba(a) for a in argtypes)
         outcome = _outcome(f, sig, kind)
-        if diskcache.fingerprint(outcome) != expected:
+        digest = diskcache.fingerprint(outcome)
+        if digest is None or digest != expected:
             return False
         adopted.append((f, sig, kind, outcome, argtypes))
     return True
@@ -452,8 +464,11 @@ def jit(func=None, **options):
     if options.get("cache"):
         raise ValueError("nr.jit does not take cache=True: Numba's cache ignores dispatch decisions "
                          "and would load stale code (numbarules' own disk cache is keyed safely)")
-    disp = owned(_prepare(func), func.__qualname__, None, options,
+    prepared, fill = _prepare_deferred(func)
+    disp = owned(prepared, func.__qualname__, None, options,
                  persist=("jit", func, sorted(options.items(), key=repr)))
+    _JITTED[func] = disp         # before its callees are swapped in: they may call it back
+    fill()
 
     def before(d, args):
         numba_glue.pending_errors().clear()
@@ -471,6 +486,19 @@ def is_plain(value):
 
 def _prepare(func):
     """``func`` with the plain Python functions it names replaced by their nr.jit versions."""
+    prepared, fill = _prepare_deferred(func)
+    fill()
+    return prepared
+
+
+def _prepare_deferred(func):
+    """(``func`` rebuilt over its own copy of its globals, a function that swaps the plain
+    Python functions it names for their nr.jit versions in that copy).
+
+    The swap is deferred so that the caller can register the compiled version of ``func`` first:
+    a plain function that calls itself (or one that calls it back) then finds it, instead of
+    preparing the same function again forever.
+    """
     names = set()
     stack = [func.__code__]
     while stack:
@@ -485,16 +513,19 @@ def _prepare(func):
     cells = func.__closure__ or ()
     cell_swaps = [i for i, c in enumerate(cells) if is_plain(_cell_value(c))]
     if not swaps and not cell_swaps:
-        return func
+        return func, lambda: None
     glb = dict(func.__globals__)
-    glb.update({n: helper(v) for n, v in swaps.items()})
-    closure = tuple(
-        _new_cell(helper(c.cell_contents)) if i in cell_swaps else c for i, c in enumerate(cells)
-    ) or None
+    closure = tuple(_new_cell(c.cell_contents) if i in cell_swaps else c
+                    for i, c in enumerate(cells)) or None
     new = type(func)(func.__code__, glb, func.__name__, func.__defaults__, closure)
     new.__qualname__ = func.__qualname__
     new.__module__ = func.__module__
-    return new
+
+    def fill():
+        glb.update({n: helper(v) for n, v in swaps.items()})
+        for i in cell_swaps:
+            closure[i].cell_contents = helper(closure[i].cell_contents)
+    return new, fill
 
 
 def _cell_value(cell):
@@ -509,9 +540,10 @@ def _new_cell(value):
 
 
 def helper(func):
+    """The nr.jit version of a plain Python function (one per function)."""
     disp = _HELPERS.get(func)
     if disp is None:
-        disp = _HELPERS[func] = jit(func)
+        disp = _HELPERS[func] = _JITTED.get(func) or jit(func)
     return disp
 
 

@@ -8,11 +8,13 @@ or rule that changes one of them drops exactly the kernels generated from it, an
 compiled against them.
 """
 
+import dataclasses
 import inspect
 import itertools
 import linecache
 import re
 import math
+import weakref
 
 import numpy as np
 
@@ -121,18 +123,13 @@ def specialize(target, argtypes, mask):
 def _build(spec, argtypes, mask):
     fn, refs = frontend.normalize(spec.func)
     ns = _namespace(refs)
+    types, rtype = _typed(spec, fn, ns, argtypes)
+    if numba_glue.is_optional_type(rtype):
+        fn = _no_value_errors(spec, fn, rtype, ns)
+        types, rtype = _typed(spec, fn, ns, argtypes)
     spec.fn = fn
-    spec.primal_source = ir.function_source(fn, f"primal_{spec.name}")
-    primal = _exec(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
-    try:
-        types, rtype = numba_glue.infer_types(primal, argtypes)
-    except numba_glue.NumbaError as exc:
-        file, line = source_location(spec.func)
-        raise CompilationError(
-            f"{spec.func.__qualname__} ({file}:{line}) could not be typed for "
-            f"{tuple(str(a) for a in argtypes)}:\n{numba_glue.error_text(exc)}",
-            function=spec.func, argtypes=argtypes, file=file, line=line) from None
     types.update(dict(zip(fn.params, argtypes)))
+    types.update(_global_operand_types(fn, ns, types))
     spec.types, spec.return_type = types, rtype
     decisions, callees = [], []
 
@@ -140,6 +137,7 @@ def _build(spec, argtypes, mask):
         return _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees)
 
     _refuse_argument_writes(fn, types)
+    _refuse_writes_through_returned_views(spec, fn, types)
     spec.plan = analysis.plan(fn, types, mask, classify)
     spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
     spec.node = cache.engine_node(f"AD {spec.name}", decisions, callees, spec.drop)
@@ -166,6 +164,63 @@ def _build(spec, argtypes, mask):
     spec.ready = True
     for other_ns in spec.waiters:
         _bind(other_ns, spec)
+
+
+def _typed(spec, fn, ns, argtypes):
+    """Numba's types of the normalised primal of ``fn`` (every variable, and the result)."""
+    spec.primal_source = ir.function_source(fn, f"primal_{spec.name}")
+    primal = _exec(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
+    try:
+        return numba_glue.infer_types(primal, argtypes)
+    except numba_glue.NumbaError as exc:
+        file, line = source_location(spec.func)
+        raise CompilationError(
+            f"{spec.func.__qualname__} ({file}:{line}) could not be typed for "
+            f"{tuple(str(a) for a in argtypes)}:\n{numba_glue.error_text(exc)}",
+            function=spec.func, argtypes=argtypes, file=file, line=line) from None
+
+
+def _no_value_errors(spec, fn, rtype, ns):
+    """``fn`` with each ``return None`` (explicit, or falling off the end) turned into an error
+    raised when that path runs, for a function that otherwise returns a float: its gradient has
+    no value there, and a silent 0.0 would be a wrong answer. Other types are refused."""
+    sites = [s for s in ir.walk(fn.body) if isinstance(s, ir.Assign) and s.target == "_rv"
+             and s.expr == ir.Atom(ir.Const(None))]
+    line = sites[0].line if sites else fn.firstline
+    if not analysis.is_float(rtype.type):
+        raise UnsupportedSyntaxError(
+            f"a function that returns None on some path and {rtype.type} on others\n"
+            f'  File "{fn.file}", line {line}, in {fn.name}\n'
+            f"Hint: return a value on every path (falling off the end returns None).")
+    ns["_nr_no_value"] = runtime.no_value
+    sites = {id(s) for s in sites}
+
+    def replace(s):
+        message = (f"{spec.func.__qualname__} returned None ({fn.file}, line {s.line}); "
+                   f"a differentiated function must return a number on every path")
+        return dataclasses.replace(s, expr=ir.Call(runtime.no_value, "_nr_no_value",
+                                                   (ir.Const(message), ir.Const(True))))
+    return dataclasses.replace(fn, body=ir.map_statements(
+        fn.body, lambda s: replace(s) if id(s) in sites else s))
+
+
+def _global_operand_types(fn, ns, types):
+    """Types of the globals and closure values the IR reads as operands (an array from an
+    enclosing scope passed to np.concatenate): Numba freezes them as constants, and the analyses
+    look every operand's type up by name."""
+    out = {}
+    for s in ir.walk(fn.body):
+        exprs = [s.expr] if isinstance(s, ir.Assign) else []
+        atoms = [a for e in exprs for a in e.atoms()]
+        if isinstance(s, ir.Store):
+            atoms += [s.value, *ir.index_atoms(s.index)]
+        for a in atoms:
+            if isinstance(a, ir.Name) and a.id not in types and a.id in ns:
+                try:
+                    out[a.id] = numba_glue.typeof_value(ns[a.id])
+                except ValueError:
+                    pass
+    return out
 
 
 def _build_rule(spec, argtypes, mask):
@@ -373,6 +428,97 @@ def _refuse_argument_writes(fn, types):
                     f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
                     f"Hint: differentiated functions leave their arguments unchanged; work on a "
                     f"copy ({root} = {root}.copy()).")
+
+
+def _refuse_writes_through_returned_views(spec, fn, types):
+    """A callee may return a view of an argument array (``def first_row(B): return B[0]``). A
+    derived call's adjoint is exact for reading it; a later write through the view (or into the
+    array it views) changes the other behind the analysis' back, so it is refused."""
+    order = {id(s): k for k, s in enumerate(ir.walk(fn.body))}
+    loops = [s for s in ir.walk(fn.body) if isinstance(s, (ir.For, ir.While))]
+    in_loop = {id(x): {id(lp) for lp in loops if any(x is y for y in ir.walk(
+        lp.body + (lp.cond if isinstance(lp, ir.While) else ())))} for x in ir.walk(fn.body)}
+    stores = [s for s in ir.walk(fn.body) if isinstance(s, ir.Store)]
+    for s in ir.walk(fn.body):
+        if not (isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and stores
+                and analysis.is_array(types.get(s.target))):
+            continue
+        positions = _returned_views(s.expr, types)
+        if not positions:
+            continue
+        names = {s.target} | {s.expr.args[k].id for k in positions}
+        group = _alias_closure(fn, types, names)
+        for w in stores:
+            if w.array in group and (order[id(w)] > order[id(s)] or in_loop[id(w)] & in_loop[id(s)]):
+                raise UnsupportedSyntaxError(
+                    f"writing into '{w.array}', which shares memory with the array "
+                    f"{getattr(s.expr.func, '__name__', s.expr.fname)} returned on line {s.line} "
+                    f"(a view of its argument)\n{analysis.where(fn, w.line)}\n"
+                    f"Hint: copy the returned view (r = f(x).copy()) before writing into it, "
+                    f"or write through the original array before the call.")
+
+
+def _returned_views(call, types):
+    """Positions of the array arguments whose memory ``call`` may return (a view or the array
+    itself), found from the callee's own source; () for rules and library functions."""
+    argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
+                     for a in call.args)
+    if not any(analysis.is_array(t) for t in argtypes):
+        return ()
+    try:
+        target, _ = target_for(call.func, argtypes)
+    except Exception:       # noqa: BLE001 - dispatch errors are reported where the call is made
+        return ()
+    if isinstance(target, rules.Rule):
+        return ()
+    func = target.func if isinstance(target, Method) else target
+    known = _VIEW_RETURNS.setdefault(func, {})
+    if argtypes not in known:
+        known[argtypes] = ()      # a recursive call while this one is worked out
+        known[argtypes] = _views_returned_by(func, argtypes)
+    return known[argtypes]
+
+
+_VIEW_RETURNS = weakref.WeakKeyDictionary()    # function -> {argument types: positions}
+
+
+def _views_returned_by(func, argtypes):
+    try:
+        fn, refs = frontend.normalize(func)
+        primal = _exec(ir.function_source(fn, "view_probe"), _namespace(refs),
+                       "view-probe")["view_probe"]
+        types, _ = numba_glue.infer_types(primal, argtypes)
+    except Exception:       # noqa: BLE001 - a callee we cannot read is refused when differentiated
+        return ()
+    types.update(dict(zip(fn.params, argtypes)))
+    ret = [s.value for s in ir.walk(fn.body) if isinstance(s, ir.Return)]
+    if not ret or not isinstance(ret[0], ir.Name):
+        return ()
+    group = _alias_closure(fn, types, {ret[0].id})
+    return tuple(k for k, p in enumerate(fn.params) if p in group)
+
+
+def _alias_closure(fn, types, names):
+    """``names`` and every array variable sharing memory with one of them: copies (``b = a``),
+    views, and arrays returned by calls that return a view of an argument."""
+    edges = []
+    for s in ir.walk(fn.body):
+        if not isinstance(s, ir.Assign) or not analysis.is_array(types.get(s.target)):
+            continue
+        if isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
+            edges.append((s.target, s.expr.a.id))
+        elif analysis.view_base(s.expr, types) is not None:
+            edges.append((s.target, analysis.view_base(s.expr, types)))
+        elif isinstance(s.expr, ir.Call):
+            edges += [(s.target, s.expr.args[k].id) for k in _returned_views(s.expr, types)]
+    group, grown = set(names), True
+    while grown:
+        grown = False
+        for a, b in edges:
+            if (a in group) != (b in group):
+                group |= {a, b}
+                grown = True
+    return group
 
 
 def _namespace(refs):

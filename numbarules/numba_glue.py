@@ -294,8 +294,9 @@ def tuple_type(items):
 
 
 def array_type_like(t):
-    """The type of ``np.zeros_like`` of an array of type ``t``: same dtype and rank, C layout."""
-    return types.Array(t.dtype, t.ndim, "C")
+    """The type of ``np.zeros_like`` of an array of type ``t``: same dtype and rank, Fortran
+    layout for a Fortran array (a transposed matrix), C layout for any other."""
+    return types.Array(t.dtype, t.ndim, "F" if t.layout == "F" else "C")
 
 
 NONE = types.none
@@ -308,6 +309,10 @@ def named_tuple_type(items, cls):
 
 def is_tuple_type(t):
     return isinstance(t, types.BaseTuple)
+
+
+def is_optional_type(t):
+    return isinstance(t, types.Optional)
 
 
 def is_none_type(t):

@@ -182,7 +182,7 @@ def writes_through_a_view(x):
 
 
 def calls_untreated_library(x):
-    return np.linalg.det(x)
+    return np.sum(np.linalg.eigvalsh(x))
 
 
 def calls_builtin_without_rule(x):
@@ -220,7 +220,7 @@ def test_calls_without_source_or_rule():
     msg = str(info.value)
     assert "math.gamma" in msg and "nr.scalar_rule" in msg and "non_differentiable" in msg
     assert "test_ad_api.py" in msg
-    with pytest.raises(nr.DifferentiationError, match="numpy.linalg.det"):
+    with pytest.raises(nr.DifferentiationError, match="numpy.linalg.eigvalsh"):
         nr.grad(calls_untreated_library)(np.eye(2))
 
 

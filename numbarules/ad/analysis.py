@@ -43,6 +43,10 @@ def is_float(t):
     return isinstance(t, nbt.Float)
 
 
+def is_array(t):
+    return isinstance(t, nbt.Array)
+
+
 def is_float_array(t):
     return isinstance(t, nbt.Array) and isinstance(t.dtype, nbt.Float)
 
@@ -309,12 +313,12 @@ def _check_views(fn, stmts, types, active, alias, view_of):
         if v in active and id(s) not in top:
             raise UnsupportedSyntaxError(
                 f"a view (slice, .T or reshape) of a differentiated array taken inside a branch "
-                f"or loop\n{_where(fn, s.line)}\n"
+                f"or loop\n{where(fn, s.line)}\n"
                 f"Hint: take the view once before the branch or loop, or index elements "
                 f"(x[i, j]) inside it.")
 
 
-def _where(fn, line):
+def where(fn, line):
     """The traceback-style location of ``line`` with its source text."""
     k = line - fn.firstline
     text = fn.source_lines[k].strip() if 0 <= k < len(fn.source_lines) else ""
@@ -338,7 +342,7 @@ def _check_array_methods(fn, stmts, types, active):
         else:
             continue
         raise UnsupportedSyntaxError(
-            f"{what} on a differentiated array\n{_where(fn, s.line)}\n"
+            f"{what} on a differentiated array\n{where(fn, s.line)}\n"
             f"Hint: call the NumPy function (np.{getattr(e, 'name', getattr(e, 'attr', ''))}(x, "
             f"...)) if numbarules has a rule for it, or write one with nr.rrule.")
 

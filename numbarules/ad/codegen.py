@@ -186,6 +186,12 @@ class _Gen:
             return "-0.0" if t == nbt.float64 else f"_np.{t}(-0.0)"
         return self.zero(t) or "0.0"
 
+    def region(self, s):
+        """Whether the store ``s`` writes a region (a slice, or a row ``h[t] = ...`` of a matrix),
+        not one element."""
+        t = self.types.get(s.array)
+        return ir.has_slice(s.index) or (isinstance(t, nbt.Array) and len(s.index) < t.ndim)
+
     def pushed_type(self, s):
         if isinstance(s, ir.Store):
             return self.types[s.array].dtype
@@ -220,8 +226,10 @@ class _Gen:
         pre = sorted(v for v in (set(names) | saved)
                      if v not in fn.params and v in self.types and self.zero(self.types[v]))
         lines = [f"{v} = {self.zero(self.types[v])}" for v in pre]
+        # Trip counts too: a loop inside a branch that is not taken never sets its own.
+        top = {id(x) for x in fn.body}
         for x in ir.walk(fn.body):
-            if isinstance(x, (ir.For, ir.While)) and id(x) in self.plan.in_loop \
+            if isinstance(x, (ir.For, ir.While)) and id(x) not in top \
                     and id(x) in self.plan.reverse_relevant:
                 lines.append(f"_{'n' if isinstance(x, ir.For) else 'w'}{x.id} = 0")
         return lines
@@ -286,7 +294,7 @@ class _Gen:
                 out.add(f"{s.target} = {ir.expr_src(s.expr)}")
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
-            if pushed and ir.has_slice(s.index):
+            if pushed and self.region(s):
                 self.push_view(out, f"{s.array}[{idx}]", self.pushed_type(s))
             elif pushed:
                 self.push(out, f"{s.array}[{idx}]", self.pushed_type(s), reserved)
@@ -373,7 +381,7 @@ class _Gen:
         body.indent = 1
         ret = next(s for s in ir.walk(fn.body) if isinstance(s, ir.Return)).value
         if isinstance(ret, ir.Name) and ret.id in plan.active:
-            body.add(f"{d(ret.id)} = _dout")
+            body.add(self.seed_result(ret.id))
         self.block_rev(fn.body, body)
         reads = body.reads
         header = self.adjoint_header(reads)
@@ -402,6 +410,20 @@ class _Gen:
         tup = ", ".join(tangents) + ("," if len(tangents) == 1 else "")
         lines.append(f"    return ({tup})")
         return "\n".join(lines) + "\n"
+
+    def seed_result(self, v):
+        """The cotangent of the result enters the sweep. An array result that shares its
+        adjoint with another array (a view of an argument, an alias, a struct's field), or whose
+        elements the function writes, takes it in place: assigning would cut the view's tie to
+        its base, and the element adjoints would then write into the caller's cotangent."""
+        t = self.types.get(v)
+        written = any(isinstance(s, ir.Store) and self.plan.alias_of.get(s.array, s.array)
+                      == self.plan.alias_of.get(v, v) for s in ir.walk(self.fn.body))
+        shared = v in self.plan.alias_of or v in set(self.plan.alias_of.values())
+        if is_float_array(t) and (shared or v in self.fn.params or written
+                                  or v in self.field_source):
+            return f"_iadd({self.names.d(v)}, _dout)"
+        return f"{self.names.d(v)} = _dout"
 
     def tangent_class(self, t):
         """The namespace name of Tangent[S] for a struct type (kernels puts it there)."""
@@ -544,7 +566,7 @@ class _Gen:
         for h in self.adjoint_header(reads):
             out.add(h)
         if isinstance(ret, ir.Name) and ret.id in self.plan.active:
-            out.add(f"{self.names.d(ret.id)} = _dout")
+            out.add(self.seed_result(ret.id))
         self.block_rev(post, out)
         if tape:
             # The tape is empty at each iteration's start and end: it holds one iteration.
@@ -632,14 +654,14 @@ class _Gen:
             if s.array in plan.active:
                 if isinstance(s.value, ir.Name) and s.value.id in plan.active:
                     g = f"{d(s.array)}[{idx}]"
-                    if ir.has_slice(s.index):
+                    if self.region(s):
                         # the value was broadcast into the slice: sum over the broadcast axes
                         g = f"_np.sum({g})" if self.rank(s.value) == 0 else f"_ub({g}, {s.value.id})"
                         out.read(s.value.id)
                     out.add(f"{d(s.value.id)} += {g}")
                 out.add(f"{d(s.array)}[{idx}] = 0.0")
             if id(s) in plan.pushes:
-                pop = self.pop_view if ir.has_slice(s.index) else self.pop
+                pop = self.pop_view if self.region(s) else self.pop
                 pop(out, f"{s.array}[{idx}]", self.pushed_type(s))
                 out.read(s.array)
         elif isinstance(s, ir.If):

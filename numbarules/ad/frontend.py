@@ -127,6 +127,16 @@ def normalize(func):
     return fn, norm.namespace
 
 
+def _surely_returns(stmts):
+    """Whether every path through ``stmts`` ends in a ``return`` (loops may run zero times)."""
+    for s in stmts:
+        if isinstance(s, ast.Return):
+            return True
+        if isinstance(s, ast.If) and _surely_returns(s.body) and _surely_returns(s.orelse):
+            return True
+    return False
+
+
 def _strip_docstring(body):
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
@@ -166,6 +176,16 @@ class _Normalizer:
             stmts.append(ir.Assign(self.ret_flag, ir.Atom(ir.Const(False))))
         stmts += self.block(body)
         if self.ret_flag:
+            if not _surely_returns(body):
+                # Falling off the end returns None, as in Python (kernels turns a None into an
+                # error where the function otherwise returns a float: see no_value).
+                last = body[-1]
+                line = self.src.firstline + getattr(last, "end_lineno", last.lineno) - 1
+                saved, self.out = self.out, stmts
+                fell = self.emit(ir.UnaryOp("not", ir.Name(self.ret_flag)), line)
+                self.out = saved
+                stmts.append(ir.If(fell, (ir.Assign("_rv", ir.Atom(ir.Const(None)), line),), (),
+                                   line))
             stmts.append(ir.Return(ir.Name("_rv")))
         return stmts
 
@@ -311,9 +331,7 @@ class _Normalizer:
 
     def s_Return(self, s):
         line = self.src.line(s)
-        if s.value is None:
-            raise self.src.error(s, "a bare 'return'", "Hint: return a value.")
-        value = self.expr(s.value)
+        value = ir.Const(None) if s.value is None else self.expr(s.value)
         if self.ret_flag is None:
             self.out.append(ir.Return(value, line))
         else:

@@ -8,7 +8,7 @@ with bounds evaluated once, ``While``), and the body has one exit: a final ``Ret
 Nodes are immutable; passes build new data rather than annotate these.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Tuple
 
 
@@ -282,3 +282,18 @@ def walk(stmts):
         elif isinstance(s, While):
             yield from walk(s.cond)
             yield from walk(s.body)
+
+
+def map_statements(stmts, f):
+    """``stmts`` with every statement ``s`` (nested ones too, innermost first) replaced by
+    ``f(s)``."""
+    out = []
+    for s in stmts:
+        if isinstance(s, If):
+            s = replace(s, body=map_statements(s.body, f), orelse=map_statements(s.orelse, f))
+        elif isinstance(s, For):
+            s = replace(s, body=map_statements(s.body, f))
+        elif isinstance(s, While):
+            s = replace(s, cond=map_statements(s.cond, f), body=map_statements(s.body, f))
+        out.append(f(s))
+    return tuple(out)

@@ -73,6 +73,15 @@ def _pow_db(a, b):
     return 0.0 if a == 0 else a ** b * math.log(a)
 
 
+@numba.njit
+def no_value(message, fire):
+    """Raise ``ValueError(message)`` where a differentiated function returns None. Typed as a
+    float (``fire`` is always True, but a run-time value keeps the return reachable for Numba)."""
+    if fire:
+        raise ValueError(message)
+    return 0.0
+
+
 HELPERS = {"_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
            "_push_view": _push_view, "_np": np}
 

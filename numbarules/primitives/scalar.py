@@ -9,7 +9,8 @@ and gives 0 for the base's partial where the exponent is 0.
 
 import math
 
-from ..rules import scalar_rule
+from ..ad import runtime
+from ..rules import non_differentiable, scalar_rule
 
 
 @scalar_rule(math.sin)
@@ -140,3 +141,8 @@ def _min(a, b):
 @scalar_rule(max)
 def _max(a, b):
     return (1.0, 0.0) if a > b else ((0.0, 1.0) if a < b else (0.5, 0.5))
+
+
+# The error raised where a differentiated function returns None (kernels._no_value_errors):
+# it carries no derivative.
+non_differentiable(runtime.no_value)
