@@ -75,6 +75,7 @@ class Gradient:
             return entry[0]
         nums = _argnums(self.argnums, len(argtypes))
         mask = tuple(i in nums for i in range(len(argtypes)))
+        kernels.check_arguments(self.f, argtypes, mask)
         target, decisions = kernels.target_for(self.f, argtypes)
         spec = kernels.specialize(target, argtypes, mask)
         kernels.check_differentiable_output(spec)
@@ -189,10 +190,12 @@ def _spec_for_call(f, args, argnums=None):
     argtypes = tuple(numba.typeof(a) for a in args)
     target, _ = kernels.target_for(f, argtypes)
     if argnums is None:
+        kernels.check_arguments(f, argtypes, (True,) * len(argtypes))
         mask = tuple(analysis.differentiable(t) for t in argtypes)
     else:
         nums = _argnums(argnums, len(args))
         mask = tuple(i in nums for i in range(len(args)))
+        kernels.check_arguments(f, argtypes, mask)
     return kernels.specialize(target, argtypes, mask)
 
 

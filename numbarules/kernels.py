@@ -19,7 +19,7 @@ import weakref
 import numpy as np
 
 from . import cache, numba_glue, rules
-from .ad import analysis, closures, codegen, frontend, ir, runtime
+from .ad import analysis, closures, codegen, frontend, ir, runtime, tangents
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
                      UnsupportedSyntaxError)
@@ -91,6 +91,17 @@ def _source_of(f):
 def _is_library(f):
     """NumPy, SciPy and Numba functions: differentiated only through rules, never their source."""
     return (getattr(f, "__module__", None) or "").split(".")[0] in ("numpy", "scipy", "numba")
+
+
+def check_arguments(f, argtypes, mask):
+    """Refuse, naming ``f`` and the argument, a differentiated argument that can have no
+    tangent (a list, a complex number): never a silent None in place of a gradient."""
+    for k, (t, m) in enumerate(zip(argtypes, mask)):
+        why = analysis.tangent_refusal(t) if m else None
+        if why is not None:
+            name = getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
+            raise DifferentiationError(f"cannot differentiate {name} with respect to argument "
+                                       f"{k}, {why}")
 
 
 def specialize(target, argtypes, mask):
@@ -303,15 +314,40 @@ def _check_rule_types(rule, name, ns, argtypes):
         if numba_glue.is_none_type(t):
             kinds.append(None)
             continue
-        ok = (analysis.is_float(a) and analysis.is_float(t)) or (
-            analysis.is_float_array(a) and analysis.is_float_array(t) and t.ndim == a.ndim) or (
-            analysis.is_float_struct(a) and getattr(t, "instance_class", None)
-            is Tangent[a.instance_class])
-        if not ok:
+        if not _tangent_fits(t, a):
             raise RuleError(f"{where}: tangent {k} is {t}, but argument {k} is {a}: expected "
-                            f"{'None or a float' if analysis.is_float(a) else 'None or a float array of rank ' + str(getattr(a, 'ndim', '?')) if analysis.is_float_array(a) else 'None'}")
+                            f"None or {_expected_tangent(a)}")
         kinds.append(t)
     return y_type, tuple(kinds)
+
+
+def _tangent_fits(t, a):
+    """Whether ``t`` is a tangent type for an argument of type ``a`` (None stands for zero)."""
+    if numba_glue.is_none_type(t):
+        return True
+    if analysis.is_float(a):
+        return analysis.is_float(t)
+    if analysis.is_float_array(a):
+        return analysis.is_float_array(t) and t.ndim == a.ndim
+    if analysis.is_float_struct(a):
+        return getattr(t, "instance_class", None) is Tangent[a.instance_class] \
+            and all(_tangent_fits(te, ae) for te, ae in zip(t, a))
+    if analysis.is_float_tuple(a):
+        return numba_glue.is_tuple_type(t) and len(t) == len(a) \
+            and all(_tangent_fits(te, ae) for te, ae in zip(t, a))
+    return False
+
+
+def _expected_tangent(a):
+    if analysis.is_float(a):
+        return "a float"
+    if analysis.is_float_array(a):
+        return f"a float array of rank {a.ndim}"
+    if analysis.is_float_struct(a):
+        return f"an nr.Tangent[{a.instance_class.__name__}]"
+    if analysis.is_float_tuple(a):
+        return f"a tuple of {len(a)} tangents"
+    return "nothing (it carries no tangent)"
 
 
 def tangent_types(argtypes, mask):
@@ -320,6 +356,7 @@ def tangent_types(argtypes, mask):
 
 
 def tangent_type(t):
+    """The Numba type of the tangent of a value of type ``t`` (none where it carries none)."""
     if analysis.is_float_array(t):
         return numba_glue.array_type_like(t)
     if analysis.is_float(t):
@@ -327,6 +364,8 @@ def tangent_type(t):
     if analysis.is_float_struct(t):
         return numba_glue.named_tuple_type([tangent_type(e) for e in t],
                                            Tangent[t.instance_class])
+    if analysis.is_float_tuple(t):
+        return numba_glue.tuple_type([tangent_type(e) for e in t])
     return numba_glue.NONE
 
 
@@ -526,6 +565,7 @@ def _namespace(refs):
     for k, v in refs.items():
         ns[k] = cache.helper(v) if cache.is_plain(v) else v
     ns.update(runtime.HELPERS)
+    ns.update(tangents.HELPERS)
     ns["_math"] = math
     ns["__name__"] = cache.GENERATED
     return ns

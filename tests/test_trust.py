@@ -156,3 +156,262 @@ def test_array_swaps_are_answered_not_hung():
         np.testing.assert_allclose(g, fd(swap_in_loop, (np.ones(3), 2), 0), atol=1e-8)
     with pytest.raises(nr.UnsupportedSyntaxError, match="argument array 'y'"):
         nr.grad(swap_writes_argument)(np.ones(2), np.ones(2))
+
+
+# --- 2. views returned by a callee ---------------------------------------------------------------
+
+def sub(x):
+    return x[1:3]
+
+
+def sub_T(x):
+    return x.T
+
+
+def sub_reshape(x):
+    return x.reshape((3, 2))
+
+
+def sub_ravel(x):
+    return x.ravel()
+
+
+def loss_sub(x):
+    return np.sum(sub(x) * sub(x))
+
+
+def loss_T(x):
+    return np.sum(sub_T(x) * sub_T(x)) + np.sum(sub_reshape(x) ** 3) + np.sum(sub_ravel(x))
+
+
+def identity_array(x):
+    return x
+
+
+def loss_identity(x):
+    y = x * 2.0
+    return np.sum(identity_array(y) * y)
+
+
+def first_row(B):
+    return B[0]
+
+
+def writes_through_returned_view(A):
+    B = A.copy()
+    r = first_row(B)
+    r[0] = r[0] * 3.0
+    return np.sum(B * B)
+
+
+def writes_before_the_view(A):
+    B = A.copy()
+    B[0, 0] = B[0, 0] * 3.0
+    r = first_row(B)
+    return np.sum(r * r)
+
+
+def test_views_returned_by_callees():
+    x = np.arange(5.0)
+    np.testing.assert_allclose(nr.grad(loss_sub)(x), [0, 2, 4, 0, 0])
+    M = np.arange(6.0).reshape(2, 3) / 5.0
+    np.testing.assert_allclose(nr.grad(loss_T)(M), fd(loss_T, (M,), 0), rtol=1e-6)
+    np.testing.assert_allclose(nr.grad(loss_identity)(x), 8 * x)
+    _, pb = nr.pullback(loss_sub, x)
+    np.testing.assert_allclose(pb(1.0)[0], [0, 2, 4, 0, 0])
+    A = np.ones((2, 2)) * 0.5
+    np.testing.assert_allclose(nr.grad(writes_before_the_view)(A), fd(writes_before_the_view, (A,), 0))
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"(?s)writing into 'r'.*first_row.*r\[0\]"):
+        nr.grad(writes_through_returned_view)(A)
+
+
+def test_a_pullback_leaves_the_callers_cotangent_alone():
+    def scaled_copy(x):
+        y = x * 2.0
+        y[0] = 5.0
+        return y
+    dy = np.ones(3)
+    _, pb = nr.pullback(scaled_copy, np.ones(3))
+    np.testing.assert_allclose(pb(dy)[0], [0.0, 2.0, 2.0])
+    np.testing.assert_array_equal(dy, np.ones(3))
+
+
+# --- 3, 4. nested structs, tuples, lists, complex numbers ----------------------------------------
+
+@nr.struct
+class Inner:
+    a: nr.Float64
+    v: nr.Vector[nr.Float64]
+
+
+@nr.struct
+class Outer:
+    inner: Inner
+    b: nr.Float64
+    n: int
+
+
+def nested(o):
+    return o.inner.a * o.inner.a * o.b + np.sum(o.inner.v * o.inner.v) * o.b
+
+
+def nested_in_loop(o, m):
+    s = 0.0
+    for i in range(m):
+        inn = o.inner
+        s += inn.a * inn.v[i] + o.b * o.n
+    return s
+
+
+def tuple_arg(t):
+    return t[0] * t[1] + np.sum(t[2] * t[2])
+
+
+def tuple_loop_index(t, n):
+    s = 0.0
+    for i in range(n):
+        s += t[i] * t[i] * (i + 1)
+    return s
+
+
+def nested_tuple(t):
+    a, (b, c) = t
+    return a * b * c
+
+
+def builds_tuple(x, y):
+    t = (x, y * 2.0, 3)
+    return t[0] * t[1]
+
+
+def test_nested_struct_tangents():
+    o = Outer(Inner(3.0, np.array([1.0, 2.0])), 2.0, 4)
+    value, t = nr.value_and_grad(nested)(o)
+    assert value == 28.0
+    assert type(t) is nr.Tangent[Outer] and type(t.inner) is nr.Tangent[Inner]
+    assert t.inner.a == 12.0 and t.b == 14.0 and t.n is None
+    np.testing.assert_allclose(t.inner.v, [4.0, 8.0])
+    t = nr.grad(nested_in_loop)(o, 2)
+    assert t.inner.a == 3.0 and t.b == 8.0
+    np.testing.assert_allclose(t.inner.v, [3.0, 3.0])
+    _, pb = nr.pullback(nested_in_loop, o, 2)
+    t2, none = pb(1.0)
+    assert none is None and t2.inner.a == 3.0 and t2.b == 8.0
+
+
+def test_tuple_tangents():
+    g = nr.grad(tuple_arg)((2.0, 3.0, np.array([1.0, 2.0])))
+    assert g[0] == 3.0 and g[1] == 2.0
+    np.testing.assert_allclose(g[2], [2.0, 4.0])
+    assert nr.grad(tuple_loop_index)((2.0, 3.0), 2) == (4.0, 12.0)
+    assert nr.grad(nested_tuple)((2.0, (3.0, 4.0))) == (12.0, (8.0, 6.0))
+    assert nr.grad(builds_tuple, (0, 1))(1.5, 2.0) == (4.0, 3.0)
+    assert nr.grad(tuple_arg)((2.0, 3.0, np.array([1.0, 2.0]))) is not None
+
+
+def list_arg(v):
+    return v[0] * v[1]
+
+
+def complex_arg(z):
+    return (z * z).real
+
+
+def test_lists_and_complex_numbers_are_refused_by_name():
+    with pytest.raises(nr.DifferentiationError, match="list_arg.*argument 0, a list.*tuple"):
+        nr.grad(list_arg)([2.0, 3.0])
+    with pytest.raises(nr.DifferentiationError, match="complex"):
+        nr.grad(complex_arg)(1.0 + 2.0j)
+    with pytest.raises(nr.DifferentiationError, match="a list"):
+        nr.pullback(list_arg, [2.0, 3.0])
+
+
+# --- 8. None on some path --------------------------------------------------------------------------
+
+def falls_off(x):
+    if x > 0.0:
+        return x * 2.0
+
+
+def returns_none(x):
+    for i in range(3):
+        if x > 1.0:
+            return x
+        x = x * 2.0
+    return None
+
+
+def test_a_path_returning_none_raises():
+    assert nr.value_and_grad(falls_off)(1.0) == (2.0, 2.0)
+    with pytest.raises(ValueError, match=r"falls_off returned None .*line \d+"):
+        nr.value_and_grad(falls_off)(-1.0)
+    assert nr.value_and_grad(returns_none)(2.0) == (2.0, 1.0)
+    with pytest.raises(ValueError, match="returns_none returned None"):
+        nr.grad(returns_none)(0.1)
+    with pytest.raises(ValueError, match="returned None"):
+        nr.pullback(returns_none, 0.1)
+
+
+# --- 11-15. constructs that crashed ------------------------------------------------------------------
+
+def loop_in_constant_false_branch(a):
+    if 1.0 < 0.5:
+        for i in range(2):
+            a = math.sin(a) * a
+    return a
+
+
+def make_closures():
+    A = np.eye(2) * 2.0
+    C = np.array([True, False])
+
+    def concat(x):
+        return np.sum(np.concatenate((A, x)) ** 2)
+
+    def where(x):
+        return np.sum(np.where(C, x, A[0]) * x)
+    return concat, where
+
+
+def squares(M):
+    return np.sum(M * M) + np.sum(M.T @ M)
+
+
+def squares_loop(M):
+    s = 0.0
+    for i in range(M.shape[0]):
+        for j in range(M.shape[1]):
+            s += M[i, j] ** 2 * (i + 1)
+    return s
+
+
+def row_writes(x):
+    h = np.zeros((3, 3))
+    g = np.zeros((3, 3))
+    for t in range(3):
+        h[t] = x[t] * 2.0
+        g[t] = x
+    return np.sum(h * h * g)
+
+
+def power_rec(x, n):
+    if n == 0:
+        return 1.0
+    return x * power_rec(x, n - 1)
+
+
+def test_constructs_that_crashed():
+    assert nr.grad(loop_in_constant_false_branch)(0.3) == 1.0
+    concat, where = make_closures()
+    x = np.array([[1.0, 2.0]])
+    np.testing.assert_allclose(nr.grad(concat)(x), 2 * x)
+    v = np.array([1.0, 2.0])
+    np.testing.assert_allclose(nr.grad(where)(v), fd(where, (v,), 0))
+    M = np.arange(6.0).reshape(2, 3) / 3.0
+    for layout in (M.T, np.asfortranarray(M), M[:, ::2], M[::-1]):
+        for f in (squares, squares_loop):
+            g = nr.grad(f)(layout)
+            np.testing.assert_allclose(g, fd(f, (layout,), 0), rtol=1e-6, atol=1e-8)
+    x = np.array([1.0, 2.0, 0.5])
+    np.testing.assert_allclose(nr.grad(row_writes)(x), fd(row_writes, (x,), 0), rtol=1e-6)
+    assert nr.grad(power_rec)(2.0, 3) == 12.0

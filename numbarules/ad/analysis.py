@@ -52,16 +52,33 @@ def is_float_array(t):
 
 
 def is_float_tuple(t):
-    """A tuple of scalars with at least one float: its adjoint is a tuple of the same arity."""
+    """A plain tuple holding at least one float, float array or such aggregate, and otherwise
+    only values with no tangent: its adjoint is a tuple of the same arity (None for those)."""
     return isinstance(t, nbt.BaseTuple) and not isinstance(t, nbt.BaseNamedTuple) \
-        and any(is_float(e) for e in t) and all(is_float(e) or _carries_no_tangent(e) for e in t)
+        and _float_aggregate(t)
 
 
 def is_float_struct(t):
-    """A @nr.struct value with a float or float-array field: its adjoint is a Tangent[S]."""
+    """A @nr.struct value whose fields hold at least one float, float array or such aggregate
+    (nested structs, tuples), and otherwise only values with no tangent: its adjoint is a
+    Tangent[S] (None for those fields)."""
     return isinstance(t, nbt.BaseNamedTuple) and "_nr_fields" in vars(t.instance_class) \
-        and any(is_float(e) or is_float_array(e) for e in t) \
-        and all(is_float(e) or is_float_array(e) or _carries_no_tangent(e) for e in t)
+        and _float_aggregate(t)
+
+
+def is_aggregate(t):
+    return is_float_struct(t) or is_float_tuple(t)
+
+
+def _float_aggregate(t):
+    return any(differentiable(e) for e in t) \
+        and all(differentiable(e) or _carries_no_tangent(e) for e in t)
+
+
+def holds_arrays(t):
+    """Whether the tangent of aggregate ``t`` holds arrays (shared, updated in place): such an
+    adjoint is bound once and never reset."""
+    return is_aggregate(t) and any(is_float_array(e) or holds_arrays(e) for e in t)
 
 
 def differentiable(t):
@@ -273,6 +290,25 @@ def _activity(fn, stmts, types, mask, alias):
     return {v for v in names if rep(v) in varied and rep(v) in useful and differentiable(types.get(v))}
 
 
+def tangent_refusal(t):
+    """Why a value of type ``t`` can be neither differentiated nor given ``None`` as its tangent
+    (a list, a complex number, ...), or None when it can."""
+    if differentiable(t) or _carries_no_tangent(t) or (
+            isinstance(t, nbt.Array) and isinstance(t.dtype, (nbt.Integer, nbt.Boolean))):
+        return None
+    if isinstance(t, (nbt.List, nbt.ListType)):
+        return ("a list: numbarules differentiates floats, float arrays, structs and tuples. "
+                "Hint: pass a tuple, or a NumPy array (np.asarray).")
+    if isinstance(t, nbt.Complex) or isinstance(t, nbt.Array) and isinstance(t.dtype, nbt.Complex):
+        return ("complex: numbarules differentiates real floats. Hint: pass the real and "
+                "imaginary parts as separate float arguments.")
+    if isinstance(t, nbt.BaseTuple):
+        return (f"a tuple or struct holding {t}: numbarules differentiates those holding floats, "
+                f"float arrays, integers and such tuples and structs.")
+    return (f"{t}: numbarules differentiates floats, float arrays, structs and tuples of those "
+            f"(integers and booleans get None).")
+
+
 def _carries_no_tangent(t):
     """Integers, booleans, None and tuples of them (shapes): values with no tangent."""
     if isinstance(t, nbt.BaseTuple) and not isinstance(t, nbt.BaseNamedTuple):
@@ -280,22 +316,52 @@ def _carries_no_tangent(t):
     return isinstance(t, (nbt.Integer, nbt.Boolean, nbt.NoneType)) or t is None
 
 
+def part_of(expr, types):
+    """The aggregate variable ``expr`` reads a part of or copies (``o.field``, ``t[0]``, ``o``),
+    or None."""
+    if isinstance(expr, ir.Attr) or isinstance(expr, ir.Index) and len(expr.index) == 1 \
+            and isinstance(expr.index[0], ir.Const):
+        base = expr.a
+    elif isinstance(expr, ir.Atom):
+        base = expr.a
+    else:
+        return None
+    return base.id if isinstance(base, ir.Name) and is_aggregate(types.get(base.id)) else None
+
+
 def _check_arrays(fn, stmts, types, active, sites, in_loop):
-    for s in stmts:
-        if isinstance(s, ir.Assign) and s.target in active and is_float_struct(types.get(s.target)) \
-                and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name) \
-                and not s.expr.a.id.startswith("_t"):
+    for v in active:
+        if not holds_arrays(types.get(v)):
+            continue
+        # An aggregate holding arrays shares them with its tangent: it is bound once, from a
+        # part of another aggregate (any number of times: the same value), or at the top level.
+        ss = sites.get(v, [])
+        kind = "struct" if is_float_struct(types[v]) else "tuple"
+        bad = (v in fn.params and ss) or len(ss) > 1 or any(
+            id(s) in in_loop and part_of(s.expr, types) is None for s in ss)
+        if bad:
+            line = ss[-1].line if ss else fn.firstline
             raise UnsupportedSyntaxError(
-                f"rebinding the struct '{s.target}' inside a differentiated function\n"
-                f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
-                f"Hint: read its fields directly from the argument.")
+                f"the {kind} '{v}' (holding differentiated arrays) is bound more than once or "
+                f"built inside a loop\n{where(fn, line)}\n"
+                f"Hint: build it once at the top level of the function, or read its fields "
+                f"from the argument directly.")
+    for s in stmts:
+        if isinstance(s, ir.Assign) and s.target in active and isinstance(s.expr, ir.Index) \
+                and is_float_tuple(types.get(s.expr.a.id) if isinstance(s.expr.a, ir.Name)
+                                   else None) and not isinstance(s.expr.index[0], ir.Const) \
+                and not is_float(types.get(s.target)):
+            raise UnsupportedSyntaxError(
+                f"indexing a tuple of arrays or structs with a run-time index\n"
+                f"{where(fn, s.line)}\n"
+                f"Hint: index it with a constant, or pass a NumPy array.")
     for v in active:
         if not is_float_array(types.get(v)):
             continue
         ss = sites.get(v, [])
-        if ss and all(isinstance(s.expr, ir.Attr) and isinstance(s.expr.a, ir.Name)
-                      and is_float_struct(types.get(s.expr.a.id)) for s in ss):
-            continue      # a struct's array field: the same array every time, an alias
+        if ss and all(part_of(s.expr, types) is not None and not isinstance(s.expr, ir.Atom)
+                      for s in ss) and len({ir.expr_src(s.expr) for s in ss}) == 1:
+            continue      # one field of one aggregate: the same array every time, an alias
         if v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss):
             line = ss[-1].line if ss else fn.firstline
             raise UnsupportedSyntaxError(
