@@ -15,7 +15,8 @@ import numpy as np
 from . import cache, kernels, lattice, numba_glue, rules
 from .ad import analysis
 from .dispatch import GenericFunction, Method
-from .errors import NumbarulesError
+from .errors import NumbarulesError, RuleError
+from .structs import Tangent, isstruct
 
 
 class Gradient:
@@ -32,6 +33,7 @@ class Gradient:
                 isinstance(argnums, tuple) and not all(isinstance(a, int) for a in argnums)):
             raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}")
         self.f = f
+        self._nr_gradient_of = f       # kernels names it in errors (no second derivatives yet)
         self.argnums = argnums
         self.with_value = with_value
         kind = "value_and_grad" if with_value else "grad"
@@ -47,10 +49,14 @@ class Gradient:
     def _nr_fingerprint(self):
         return ("gradient", self.f, self.argnums, self.with_value)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        self._install()
+        return type(self).__call__(*args, **kwargs)
+
+    def _install(self):
+        """Make calls from Python jump into the compiled entry for ``f``'s arities now."""
         cache.install_entry(self, _arities(self.f), lambda a: None)
-        type(self).__call__ = staticmethod(_locating(type(self).__call__, self.f))
-        return type(self).__call__(*args)
+        type(self).__call__ = staticmethod(_entry(self, type(self).__call__))
 
     @property
     def _numba_type_(self):
@@ -96,18 +102,38 @@ class Gradient:
         return disp
 
 
-def _locating(entry, f):
-    """``entry`` with the errors compiled code raises at run time (a shape mismatch: ValueError,
-    an index out of range: IndexError) traced to the user's line.
+def _entry(grad, entry):
+    """``entry``, the compiled call of gradient object ``grad``, as Python calls it: keyword
+    arguments and omitted defaults bound to positions, a function that gained a method of another
+    arity re-entered, and errors explained.
 
-    Compiled code reports no line, and the one it would report is in generated kernels. Running
-    the user's function in Python on the same arguments raises NumPy's own error at the user's
-    line; that is the error raised, noting where it came from. An error the primal does not
-    reproduce (from a pullback) is raised as it was.
+    The errors compiled code raises at run time (a shape mismatch: ValueError, an index out of
+    range: IndexError) are traced to the user's line. Compiled code reports no line, and the one
+    it would report is in generated kernels. Running the user's function in Python on the same
+    arguments raises NumPy's own error at the user's line; that is the error raised, noting
+    where it came from. An error the primal does not reproduce (from a pullback) is raised as it
+    was.
     """
-    def call(*args):
+    f = grad.f
+    arities = _arities(f)
+
+    def call(*args, **kwargs):
+        if kwargs:
+            args = _bind(grad, args, kwargs)
         try:
             return entry(*args)
+        except numba_glue.NumbaError as exc:
+            raise _argument_error(grad, args) or exc
+        except TypeError as exc:
+            if isinstance(exc, NumbarulesError):
+                raise
+            if _arities(f) != arities:          # f gained or lost a method since
+                grad._install()
+                return type(grad).__call__(*args)
+            bound = _bind(grad, args, {})
+            if bound != args:
+                return call(*bound)
+            raise TypeError(f"{grad.__qualname__}: {exc}") from None
         except (ValueError, IndexError) as exc:
             user = _python_error(f, args)
             if user is None:
@@ -119,6 +145,43 @@ def _locating(entry, f):
                 user.add_note(note)
             raise user from None
     return call
+
+
+def _bind(grad, args, kwargs):
+    """``args`` and ``kwargs`` as the positional arguments of ``grad.f``, defaults filled in."""
+    f = grad.f
+    if isinstance(f, GenericFunction):
+        if kwargs:
+            raise TypeError(f"{grad.__qualname__}: {f.__name__} is a generic function; pass its "
+                            f"arguments by position (methods are chosen on positional types)")
+        return args
+    func = f.py_func if numba_glue.is_dispatcher(f) else f
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{grad.__qualname__}: {exc}") from None
+    except ValueError:
+        return args
+    bound.apply_defaults()
+    return tuple(bound.args)
+
+
+def _argument_error(grad, args):
+    """A TypeError naming the argument Numba cannot type (a lambda, a Python object), or None."""
+    for k, a in enumerate(args):
+        try:
+            ok = numba.typeof(a) is not None and not isinstance(numba.typeof(a),
+                                                                numba.types.PyObject)
+        except ValueError:
+            ok = False
+        if not ok:
+            what = ("a Python function" if callable(a) else f"a {type(a).__name__}")
+            return TypeError(
+                f"{grad.__qualname__}: argument {k} is {what} ({a!r:.60}), which compiled code "
+                f"cannot take. Pass floats, arrays, structs and tuples of those; call functions "
+                f"by their global name inside {getattr(grad.f, '__name__', 'f')} (functions as "
+                f"arguments are not supported yet).")
+    return None
 
 
 def _python_error(f, args):
@@ -141,6 +204,8 @@ def _argnums(argnums, n):
 
 
 def _arities(f):
+    if getattr(f, "_nr_gradient_of", None) is not None:
+        return _arities(f._nr_gradient_of)
     if isinstance(f, GenericFunction):
         return f.arities()
     func = f.py_func if numba_glue.is_dispatcher(f) else f
@@ -201,14 +266,94 @@ def _spec_for_call(f, args, argnums=None):
 
 def pullback(f, *args):
     """``(y, pb)``: the value of ``f(*args)`` and its pullback; ``pb(dy)`` returns one tangent per
-    argument (None for integers and booleans)."""
+    argument (None for integers and booleans).
+
+    ``dy`` must have the kind and shape of ``y`` (a float for a float, an array of the same
+    shape for an array, a tuple or ``nr.Tangent`` of those for a tuple or struct); anything else
+    raises ValueError naming ``f``. A rule's tangents are checked against the arguments' shapes
+    (``nr.RuleError``).
+    """
     spec = _spec_for_call(f, args)
     y, residuals = spec.fwd(*args)
+    name = f"pullback({getattr(f, '__qualname__', f)})"
+    bwd = _frozen_pullback(spec, residuals, y)
 
     def pb(dy):
-        return spec.bwd(residuals, dy)
-    pb.__qualname__ = f"pullback({getattr(f, '__qualname__', f)})"
+        tangents = bwd(residuals, _cotangent(name, y, dy))
+        if isinstance(spec.target, rules.Rule):
+            for k, (a, t) in enumerate(zip(args, tangents)):
+                _check_tangent(f"{spec.target!r}", f"tangent {k}", a, t)
+        return tangents
+    pb.__qualname__ = name
     return y, pb
+
+
+def _frozen_pullback(spec, residuals, y):
+    """The pullback kernel as compiled now, for the cotangent ``_cotangent`` makes of any ``dy``.
+
+    A pullback runs in the world it was made in (Julia's world age): a method or rule added
+    later recompiles what depends on it, but this ``pb`` keeps the code its forward ran with,
+    and calling it never compiles anything. Where the cotangent's type has no compiled version
+    (a result of no float kind), the kernel is called through its dispatcher while it is current.
+    """
+    try:
+        ty = numba.typeof(y)
+        sig = (numba.typeof(residuals), kernels.tangent_type(ty))
+    except ValueError:
+        return spec.bwd
+    if not analysis.differentiable(ty):
+        return spec.bwd
+    spec.bwd.compile(sig)
+    return spec.bwd.overloads[sig].entry_point
+
+
+def _cotangent(name, y, dy, where="the cotangent"):
+    """``dy`` checked against the result ``y`` it is the cotangent of (and converted to y's
+    float type); ValueError naming the pullback otherwise."""
+    def refuse(expected):
+        raise ValueError(f"{name}: {where} must be {expected}, like the result, not "
+                         f"{_describe(dy)}")
+    if isinstance(y, np.ndarray):
+        if not isinstance(dy, np.ndarray) or dy.shape != y.shape or dy.dtype.kind not in "fiu":
+            refuse(f"an array of shape {y.shape}")
+        # the result's own type (dtype, layout): the pullback was compiled for it
+        if y.flags.f_contiguous and not y.flags.c_contiguous:
+            return np.asfortranarray(dy, dtype=y.dtype)
+        return np.ascontiguousarray(dy, dtype=y.dtype)
+    if isinstance(y, (float, np.floating)):
+        if isinstance(dy, (bool, np.bool_)) or not isinstance(dy, (int, float, np.integer,
+                                                                   np.floating)):
+            refuse("a real number")
+        return np.float32(dy) if isinstance(y, np.float32) else float(dy)
+    if isinstance(y, tuple):
+        kind = Tangent[type(y)] if isstruct(type(y)) else tuple
+        if not isinstance(dy, tuple) or len(dy) != len(y) or (
+                kind is not tuple and type(dy) is not kind):
+            refuse(f"a {kind.__qualname__} of {len(y)} entries")
+        parts = [_cotangent(name, a, b, f"{where}[{k}]") for k, (a, b) in enumerate(zip(y, dy))]
+        return tuple(parts) if kind is tuple else kind(*parts)
+    if dy is not None and not isinstance(dy, (int, float, np.integer, np.floating)):
+        refuse("None (the result carries no tangent)")
+    return None
+
+
+def _check_tangent(rule, what, arg, t):
+    """A rule's tangent ``t`` for argument ``arg``: arrays of the argument's shape."""
+    if t is None:
+        return
+    if isinstance(arg, np.ndarray):
+        if not isinstance(t, np.ndarray) or t.shape != arg.shape:
+            raise RuleError(f"{rule}: {what} is {_describe(t)}, but the argument is an array "
+                            f"of shape {arg.shape}")
+    elif isinstance(arg, tuple) and isinstance(t, tuple):
+        for k, (a, b) in enumerate(zip(arg, t)):
+            _check_tangent(rule, f"{what}[{k}]", a, b)
+
+
+def _describe(v):
+    if isinstance(v, np.ndarray):
+        return f"a {v.dtype} array of shape {v.shape}"
+    return f"{type(v).__name__} {v!r:.60}"
 
 
 def code(f, *args, kind="forward"):

@@ -443,8 +443,10 @@ def _boundary_error(exc, func=None, args=()):
     if pending:
         err = pending[0]
         pending.clear()
-        where = [ln.strip() for ln in numba_glue.error_text(exc).splitlines() if ln.strip().startswith("File ")]
-        if where and isinstance(err, DispatchError):
+        where = [ln.strip() for ln in numba_glue.error_text(exc).splitlines()
+                 if ln.strip().startswith("File ") and "<numbarules " not in ln]
+        if where and isinstance(err, DispatchError) and "Called from" not in err.args[0] \
+                and "File " not in err.args[0]:
             err.args = (f"{err.args[0]}\nCalled from {where[-1]}",)
         return err
     if func is not None:

@@ -63,3 +63,16 @@ class DifferentiationError(NumbarulesError):
 
 class RuleError(NumbarulesError):
     """A malformed rule."""
+
+
+class TangentShapeError(RuleError, ValueError):
+    """A rule returned a tangent whose shape differs from its argument's (raised by compiled
+    code, which passes the two shapes: NumPy would have broadcast it without a word)."""
+
+    def __init__(self, message, got=None, expected=None):
+        super().__init__(message, got, expected)
+        self.got = got
+        self.expected = expected
+
+    def __str__(self):
+        return f"{self.args[0]}: shape {self.got}, expected {self.expected}"

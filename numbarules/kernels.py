@@ -22,7 +22,7 @@ from . import cache, numba_glue, rules
 from .ad import analysis, closures, codegen, frontend, ir, runtime, tangents
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
-                     UnsupportedSyntaxError)
+                     TangentShapeError, UnsupportedSyntaxError)
 from .lattice import from_numba, source_location
 from .structs import Tangent, isstruct
 
@@ -77,6 +77,12 @@ def target_for(f, argtypes):
 
 
 def _source_of(f):
+    if getattr(f, "_nr_gradient_of", None) is not None:
+        raise DifferentiationError(
+            f"cannot differentiate {f!r}: second derivatives (nr.grad of a gradient object, or "
+            f"a gradient object called inside a differentiated function) are not supported yet. "
+            f"Hint: write the derivative you need as a function of its own, or give it a rule "
+            f"with nr.rrule.")
     if numba_glue.is_dispatcher(f):
         return f.py_func
     if inspect.isfunction(f) and not _is_library(f):
@@ -181,14 +187,29 @@ def _typed(spec, fn, ns, argtypes):
     """Numba's types of the normalised primal of ``fn`` (every variable, and the result)."""
     spec.primal_source = ir.function_source(fn, f"primal_{spec.name}")
     primal = _exec(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
+    numba_glue.pending_errors().clear()
     try:
         return numba_glue.infer_types(primal, argtypes)
     except numba_glue.NumbaError as exc:
-        file, line = source_location(spec.func)
+        text = numba_glue.error_text(exc)
+        line = _user_line(spec.primal_source, text) or fn.firstline
+        pending = numba_glue.pending_errors()
+        if pending:                 # our own error, raised while Numba typed a call
+            err = pending.pop(0)
+            pending.clear()
+            err.args = (f"{err.args[0]}\n{analysis.where(fn, line)}",) + tuple(err.args[1:])
+            raise err from None
+        reason = text.split("\n\nFile ")[0].strip()
         raise CompilationError(
-            f"{spec.func.__qualname__} ({file}:{line}) could not be typed for "
-            f"{tuple(str(a) for a in argtypes)}:\n{numba_glue.error_text(exc)}",
-            function=spec.func, argtypes=argtypes, file=file, line=line) from None
+            f"{spec.func.__qualname__} could not be typed for "
+            f"{tuple(str(a) for a in argtypes)}:\n{analysis.where(fn, line)}\n{reason}",
+            function=spec.func, argtypes=argtypes, file=fn.file, line=line) from None
+
+
+def _user_line(primal_source, error_text):
+    """The user's line of the last statement of the generated primal that Numba's error names."""
+    found = re.findall(r'File "<numbarules primal:[^"]*>", line (\d+)', error_text)
+    return ir.user_line(primal_source, int(found[-1])) if found else None
 
 
 def _no_value_errors(spec, fn, rtype, ns):
@@ -252,9 +273,13 @@ def _build_rule(spec, argtypes, mask):
     spec.tangent_kinds = kinds[1]
     params = ", ".join(f"a{i}" for i in range(len(argtypes)))
     outs = "".join(f"_d[{k}], " for k in range(len(argtypes)))
+    checks = [line for k, (a, t) in enumerate(zip(argtypes, spec.tangent_kinds))
+              for line in codegen.shape_checks(f"_d[{k}]", f"a{k}", a, t, repr(rule),
+                                               f"tangent {k}")] if rule.kind == "rrule" else []
     vjp_src = (f"def vjp_{spec.name}({params}{', ' if params else ''}_dout):\n"
                f"    _y, _res = fwd_{spec.name}({params})\n"
                f"    _d = bwd_{spec.name}(_res, _dout)\n"
+               + "".join(f"    {line}\n" for line in checks) +
                f"    return (_y, {outs})\n")
     _exec(vjp_src, ns, f"rule-vjp:{spec.name}")
     spec.kernels = codegen.Kernels(fwd_src, bwd_src, vjp_src, (), (), False)
@@ -421,7 +446,8 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     # call still being built) and the same type the primal call has (a rule may differ).
     keep = callee.ready and callee is not spec and \
         getattr(callee, "return_type", None) == types.get(stmt.target)
-    return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep)
+    return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep,
+                            tangents=tuple(callee.tangent_kinds))
 
 
 def _bind(ns, callee):
@@ -567,6 +593,7 @@ def _namespace(refs):
     ns.update(runtime.HELPERS)
     ns.update(tangents.HELPERS)
     ns["_math"] = math
+    ns["_RuleError"] = TangentShapeError
     ns["__name__"] = cache.GENERATED
     return ns
 

@@ -2,6 +2,7 @@
 07f11c8. Gradients are checked against central finite differences and hand-worked values."""
 import math
 
+import numba
 import numpy as np
 import pytest
 
@@ -415,3 +416,137 @@ def test_constructs_that_crashed():
     x = np.array([1.0, 2.0, 0.5])
     np.testing.assert_allclose(nr.grad(row_writes)(x), fd(row_writes, (x,), 0), rtol=1e-6)
     assert nr.grad(power_rec)(2.0, 3) == 12.0
+
+
+# --- 6. tangents and cotangents are checked -----------------------------------------------------
+
+def ruled_sum(x):
+    return np.sum(x * x)
+
+
+@nr.rrule(ruled_sum)
+def _ruled_sum_rule(x: nr.Vector[nr.Float64]):
+    y = ruled_sum(x)
+
+    def ruled_sum_pullback(dy):
+        return (np.ones(2) * dy,)       # the wrong shape on purpose
+    return y, ruled_sum_pullback
+
+
+def calls_ruled_sum(x):
+    return ruled_sum(x) * 2.0
+
+
+def doubled(x):
+    return x * 2.0
+
+
+def test_rule_tangents_of_the_wrong_shape_are_refused_everywhere():
+    x = np.ones(5)
+    for call in (lambda: nr.grad(ruled_sum)(x), lambda: nr.value_and_grad(ruled_sum)(x),
+                 lambda: nr.pullback(ruled_sum, x)[1](1.0), lambda: nr.grad(calls_ruled_sum)(x)):
+        with pytest.raises(nr.RuleError, match=r"rrule for ruled_sum.*shape"):
+            call()
+
+
+def test_pullback_checks_its_cotangent():
+    _, pb = nr.pullback(doubled, np.ones(3))
+    with pytest.raises(ValueError, match=r"pullback\(doubled\): the cotangent must be an array "
+                                         r"of shape \(3,\).*shape \(5,\)"):
+        pb(np.ones(5))
+    with pytest.raises(ValueError, match="must be an array of shape"):
+        pb(1.0)
+    np.testing.assert_array_equal(pb(np.array([1, 2, 3]))[0], [2.0, 4.0, 6.0])
+    _, pb = nr.pullback(doubled, 2.0)
+    assert pb(2) == (4.0,)
+    with pytest.raises(ValueError, match="must be a real number"):
+        pb(np.ones(2))
+    with pytest.raises(ValueError, match="must be a real number"):
+        pb("1.0")
+
+
+# --- 16, 18. calls from Python: arities, keywords, defaults, clear errors -------------------------
+
+def with_default(x, y=2.0):
+    return x * y
+
+
+def test_keywords_defaults_and_new_arities():
+    assert nr.grad(with_default)(3.0) == 2.0
+    assert nr.grad(with_default)(3.0, y=4.0) == 4.0
+    assert nr.grad(with_default, (0, 1))(x=3.0, y=4.0) == (4.0, 3.0)
+    with pytest.raises(TypeError, match=r"grad\(with_default\): too many"):
+        nr.grad(with_default)(1.0, 2.0, 3.0)
+
+    @nr.generic
+    def h(x: float):
+        return x * x
+    assert nr.grad(h)(2.0) == 4.0
+
+    @h.method
+    def h(x: float, y: float):
+        return x * y
+    assert nr.grad(h)(2.0, 5.0) == 5.0
+    assert nr.grad(h)(3.0) == 6.0
+
+
+def cube(x):
+    return x * x * x
+
+
+def takes_a_function(h, x):
+    return h(x)
+
+
+def test_errors_name_the_user_and_the_problem():
+    with pytest.raises(nr.DifferentiationError, match="second derivatives"):
+        nr.grad(nr.grad(cube))(2.0)
+    with pytest.raises(TypeError, match=r"argument 0 is a Python function.*takes_a_function"):
+        nr.grad(takes_a_function, argnums=1)(lambda z: z * z, 2.0)
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"math has no attribute 'digamma'"):
+        nr.grad(lambda x: math.digamma(x))(2.0)
+
+
+def prange_sum(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+def untyped_attribute(x):
+    y = x * 2.0
+    return y.no_such_attribute
+
+
+def test_prange_loops_and_typing_errors_at_the_users_line():
+    np.testing.assert_allclose(nr.grad(prange_sum)(np.arange(3.0)), [0.0, 2.0, 4.0])
+    with pytest.raises(nr.CompilationError) as info:
+        nr.grad(untyped_attribute)(1.0)
+    text = str(info.value)
+    assert "test_trust.py" in text and "y.no_such_attribute" in text
+    assert "<numbarules" not in text
+
+
+# --- 21. a pullback keeps the world it was made in ------------------------------------------------
+
+def test_a_pullback_runs_the_code_of_its_world():
+    @nr.generic
+    def scale(x: nr.Real):
+        return 2.0 * x
+
+    def uses_scale(x):
+        return scale(x) * x
+
+    y, pb = nr.pullback(uses_scale, 3.0)
+    assert pb(1.0) == (12.0,)
+
+    @scale.method
+    def scale(x: nr.Float64):
+        return 5.0 * x
+    before = nr.cache_info()["compiles"]
+    assert pb(1.0) == (12.0,)             # the old world's code, nothing compiled
+    assert pb(2.0) == (24.0,)
+    assert nr.cache_info()["compiles"] == before
+    assert nr.pullback(uses_scale, 3.0)[1](1.0) == (30.0,)   # a new pullback sees the method
+    assert nr.grad(uses_scale)(3.0) == 30.0

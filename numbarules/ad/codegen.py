@@ -36,6 +36,7 @@ class CallPlan:
     checked: str = ""          # derived from a user's rule: its name, to check tangent shapes
     keep: bool = False         # derived: at the top level, keep the callee's residuals from the
                                # forward instead of re-running its forward in the reverse
+    tangents: tuple = ()       # derived: the Numba types of the tangents the callee returns
 
 
 @dataclass(frozen=True)
@@ -923,15 +924,15 @@ class _Gen:
             for k, a in enumerate(e.args):
                 if act(a) and cp.mask[k]:
                     ta = self.types.get(a.id)
+                    if cp.checked:
+                        # A rule's tangent of the wrong shape could broadcast silently.
+                        for line in shape_checks(f"_r[{k}]", src(a), ta, cp.tangents[k],
+                                                 cp.checked, f"tangent {k}"):
+                            out.add(line)
                     if is_aggregate(ta):
                         # arrays added in place, floats into a new tangent
                         out.add(f"{d(a.id)} = _tadd({d(a.id)}, _r[{k}])")
                     else:
-                        if cp.checked and is_float_array(ta):
-                            # A rule's tangent of the wrong shape could broadcast silently.
-                            out.add(f"if _r[{k}].shape != {src(a)}.shape:")
-                            out.add(f"    raise ValueError('{cp.checked}: tangent {k} has the "
-                                    f"wrong shape')")
                         out.add(f"{d(a.id)} += _r[{k}]")
             return
         raise AssertionError(cp.kind)
@@ -1040,6 +1041,23 @@ def _first_push_line(stmts, plan):
 def generate_device(fn, types, plan, name, mask, capacity):
     """Source of the device vjp ``vjp_<name>`` (see ``_Gen.device_vjp``)."""
     return _Gen(fn, types, plan, name, mask).device_vjp(capacity)
+
+
+def shape_checks(tangent, arg, arg_type, tangent_type, label, what):
+    """Lines raising RuleError where an array of ``tangent`` (a rule's output) has another shape
+    than the array at the same place of ``arg``: NumPy would broadcast it without a word."""
+    if tangent_type is None or isinstance(tangent_type, nbt.NoneType):
+        return []
+    if is_float_array(arg_type):
+        message = repr(f"{label}: {what} has another shape than the argument")
+        return [f"if {tangent}.shape != {arg}.shape:",
+                f"    raise _RuleError({message}, {tangent}.shape, {arg}.shape)"]
+    if is_aggregate(arg_type) and isinstance(tangent_type, nbt.BaseTuple):
+        names = getattr(getattr(arg_type, "instance_class", None), "_fields", None)
+        return [line for k, (a, t) in enumerate(zip(arg_type, tangent_type))
+                for line in shape_checks(f"{tangent}[{k}]", f"{arg}[{k}]", a, t, label,
+                                         f"{what} ({names[k] if names else k})")]
+    return []
 
 
 def _quotient_adjoint(a, b, q, src, g, d):

@@ -21,6 +21,7 @@ import inspect
 import itertools
 import textwrap
 
+import numba
 import numpy as np
 
 from ..errors import UnsupportedSyntaxError
@@ -112,10 +113,10 @@ def normalize(func):
     src = Source(func)
     node = src.node
     args = node.args
-    if args.vararg or args.kwarg or args.kwonlyargs or args.defaults or args.posonlyargs:
-        raise src.error(node, "a signature with *args, **kwargs, keyword-only parameters or "
-                              "defaults", "Hint: differentiate a function of plain positional "
-                                          "parameters.")
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+        raise src.error(node, "a signature with *args, **kwargs or keyword-only parameters",
+                        "Hint: differentiate a function of plain positional parameters (with "
+                        "defaults if you like).")
     params = tuple(a.arg for a in args.args)
     body = [ast.Return(value=node.body, lineno=node.lineno)] if isinstance(node, ast.Lambda) \
         else list(node.body)
@@ -347,8 +348,9 @@ class _Normalizer:
     def s_For(self, s):
         line = self.src.line(s)
         it = s.iter
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
-                and self.src.resolve(it.func.id) is range and it.func.id not in self.locals
+        loop_fn = _dotted(it.func) if isinstance(it, ast.Call) else None
+        if not (loop_fn is not None and loop_fn.split(".")[0] not in self.locals
+                and self.resolve_dotted(it, loop_fn) in (range, numba.prange)
                 and 1 <= len(it.args) <= 3 and not it.keywords):
             raise self.src.error(s, "a for loop over something other than range(...)",
                                  "Hint: loop over indices, e.g. `for i in range(len(x))`.")
@@ -594,12 +596,14 @@ class _Normalizer:
     def resolve_dotted(self, node, dotted):
         head, *rest = dotted.split(".")
         value = self.src.resolve(head)
-        for part in rest:
-            value = getattr(value, part, _MISSING)
-            if value is _MISSING:
-                break
         if value is _MISSING:
-            raise self.src.error(node, f"the undefined name '{dotted}'", "")
+            raise self.src.error(node, f"the undefined name '{head}'", "")
+        for k, part in enumerate(rest):
+            owner, value = value, getattr(value, part, _MISSING)
+            if value is _MISSING:
+                prefix = ".".join([head] + rest[:k])
+                raise self.src.error(node, f"'{dotted}' ({prefix} has no attribute '{part}')",
+                                     "Hint: check the spelling.")
         return value
 
     def e_Call(self, e, line):
@@ -653,7 +657,27 @@ class _Normalizer:
         if value is np.dot and len(args) == 2 and not kwargs:
             return self.emit(ir.BinOp("@", args[0], args[1]), line)
         args, kwargs = _positional(value, args, kwargs)
+        args = self.with_defaults(value, fname, args, kwargs)
         return self.emit(ir.Call(value, fname, args, kwargs), line)
+
+    def with_defaults(self, func, fname, args, kwargs):
+        """``args`` with the defaults of the parameters a call of a Python function leaves out:
+        its derivative is specialised on every argument."""
+        py = getattr(func, "py_func", func)
+        if kwargs or not inspect.isfunction(py) or not py.__defaults__:
+            return args
+        params = list(inspect.signature(py).parameters.values())
+        out = list(args)
+        for p in params[len(args):]:
+            if p.default is inspect.Parameter.empty or p.kind != p.POSITIONAL_OR_KEYWORD:
+                return args
+            if isinstance(p.default, (bool, int, float)) or p.default is None:
+                out.append(ir.Const(p.default))
+            else:
+                name = f"_default_{_alias(fname)}_{p.name}"
+                self.namespace[name] = p.default
+                out.append(ir.Name(name))
+        return tuple(out)
 
     def sequence_call(self, e, func, line):
         """``np.concatenate((a, b, c), axis)`` -> ``concat(concat(a, b, axis), c, axis)``, and

@@ -265,9 +265,28 @@ def block_lines(stmts, indent, hook=None):
 
 
 def function_source(fn, name=None):
-    lines = [f"def {name or fn.name}({', '.join(fn.params)}):"]
-    lines += block_lines(fn.body, 1)
+    """``fn`` printed back as Python; each statement's first line ends with ``# line N``, its
+    line in the user's source (errors in the printed code are traced back through it)."""
+    marker = "\0"
+    lines, pending = [f"def {name or fn.name}({', '.join(fn.params)}):"], None
+    for text in block_lines(fn.body, 1, lambda s, indent: [f"{marker}{s.line}"] if s.line else []):
+        if text.startswith(marker):
+            pending = text[1:]
+            continue
+        if pending:
+            text, pending = f"{text}  # line {pending}", None
+        lines.append(text)
     return "\n".join(lines) + "\n"
+
+
+def user_line(source, generated_line):
+    """The user's line that line ``generated_line`` of ``function_source`` output came from."""
+    lines = source.splitlines()
+    for k in range(min(generated_line, len(lines)) - 1, -1, -1):
+        head, sep, tail = lines[k].rpartition("  # line ")
+        if sep and tail.isdigit():
+            return int(tail)
+    return None
 
 
 def walk(stmts):
