@@ -178,6 +178,11 @@ def _build(spec, argtypes, mask):
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
                                for t in tangent_types(argtypes, mask))
+    # Whether a rule somewhere below gives a value the primal would compute differently: then
+    # callers take this function's value from its forward kernel, not from the primal.
+    spec.uses_rules = any(
+        isinstance(c["target"], rules.Rule) and c["target"].kind == "rrule"
+        or getattr(c["callee"], "uses_rules", False) for c in spec.calls)
     spec.ready = True
     for other_ns in spec.waiters:
         _bind(other_ns, spec)
@@ -291,6 +296,7 @@ def _build_rule(spec, argtypes, mask):
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,),
                                 persist=("rule", kind, rule, tuple(mask)))
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
+    spec.uses_rules = rule.kind == "rrule"
     spec.ready = True
     for other_ns in spec.waiters:
         _bind(other_ns, spec)
@@ -446,8 +452,10 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     # call still being built) and the same type the primal call has (a rule may differ).
     keep = callee.ready and callee is not spec and \
         getattr(callee, "return_type", None) == types.get(stmt.target)
+    value = ("rule" if isinstance(target, rules.Rule) and target.kind == "rrule" else
+             "forward" if getattr(callee, "uses_rules", False) else "primal")
     return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep,
-                            tangents=tuple(callee.tangent_kinds))
+                            tangents=tuple(callee.tangent_kinds), value=value)
 
 
 def _bind(ns, callee):

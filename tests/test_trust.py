@@ -550,3 +550,74 @@ def test_a_pullback_runs_the_code_of_its_world():
     assert nr.cache_info()["compiles"] == before
     assert nr.pullback(uses_scale, 3.0)[1](1.0) == (30.0,)   # a new pullback sees the method
     assert nr.grad(uses_scale)(3.0) == 30.0
+
+
+# --- 20. a rule's forward gives the value everywhere ----------------------------------------------
+
+@nr.generic
+def softplus(x: nr.Float64):
+    return math.log(1.0 + math.exp(x))      # overflows to inf for large x: why the rule exists
+
+
+@nr.rrule(softplus)
+def _softplus_rule(x: nr.Float64):
+    y = x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))
+
+    def softplus_pullback(dy):
+        return (dy / (1.0 + math.exp(-x)),)
+    return y, softplus_pullback
+
+
+def softplus_sum(x, n):
+    s = 0.0
+    for i in range(n):
+        s += softplus(x[i])
+    return s
+
+
+def softplus_branch(x):
+    s = 0.0
+    if x[0] > 0:
+        s = softplus(x[0] * 2.0)
+    return s
+
+
+def softplus_helper(v):
+    return softplus(v) * 2.0
+
+
+def softplus_via_helper(x, n):
+    s = 0.0
+    for i in range(n):
+        s += softplus_helper(x[i])
+    return s
+
+
+def softplus_carried(x, n):
+    s = 0.0
+    t = 1.0
+    for i in range(n):
+        t = softplus(x[i] * t) * 0.5
+        s += t
+    return s
+
+
+def stable(v):
+    return v + math.log1p(math.exp(-v)) if v > 0 else math.log1p(math.exp(v))
+
+
+def test_rule_values_inside_loops_and_branches():
+    x = np.array([800.0, 1.0, -2.0])
+    value, g = nr.value_and_grad(softplus_sum)(x, 3)
+    assert value == pytest.approx(sum(stable(v) for v in x))
+    np.testing.assert_allclose(g, 1 / (1 + np.exp(-x)))
+    value, g = nr.value_and_grad(softplus_branch)(x)
+    assert value == pytest.approx(1600.0) and g[0] == pytest.approx(2.0)
+    value, g = nr.value_and_grad(softplus_via_helper)(x, 3)
+    assert value == pytest.approx(2 * sum(stable(v) for v in x))
+    assert nr.pullback(softplus_sum, x, 3)[0] == pytest.approx(sum(stable(v) for v in x))
+    z = np.array([0.5, 1.0, -2.0])
+    np.testing.assert_allclose(nr.grad(softplus_carried)(z, 3), fd(softplus_carried, (z, 3), 0),
+                               rtol=1e-6)
+    _, pb = nr.pullback(softplus_carried, z, 3)
+    np.testing.assert_allclose(pb(1.0)[0], fd(softplus_carried, (z, 3), 0), rtol=1e-6)

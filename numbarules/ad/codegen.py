@@ -37,6 +37,10 @@ class CallPlan:
     keep: bool = False         # derived: at the top level, keep the callee's residuals from the
                                # forward instead of re-running its forward in the reverse
     tangents: tuple = ()       # derived: the Numba types of the tangents the callee returns
+    value: str = "primal"      # derived: where the forward takes the call's value from:
+                               # "primal" (the function itself), "rule" (an rrule's forward,
+                               # whose residuals are saved per call), "forward" (the callee's
+                               # forward kernel: a rule somewhere below gives the value)
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,15 @@ class _Gen:
                      if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Call)
                      and not x.expr.kwargs and id(x.expr) in plan.calls
                      and plan.calls[id(x.expr)].kind == "derived" and plan.calls[id(x.expr)].keep}
+        # Calls of rrules in loops and branches save the rule's residuals per call, on a list
+        # (call id -> residual name): the rule's forward gives the value and runs once.
+        self.rule_sites = {id(x.expr): f"_rs{k}" for k, x in enumerate(ir.walk(fn.body))
+                           if isinstance(x, ir.Assign) and id(x.expr) in plan.calls
+                           and plan.calls[id(x.expr)].kind == "derived"
+                           and plan.calls[id(x.expr)].value == "rule"
+                           and id(x.expr) not in self.kept}
+        self.rule_lists = set()     # the residual lists the forward filled
+        self.checkpointed = set()   # calls whose reverse runs before their forward (fused post)
         # Device code (numbarules.cuda): the tape capacity, a compile-time constant; None on
         # the CPU. See device_vjp.
         self.device = None
@@ -222,6 +235,7 @@ class _Gen:
     # --- forward --------------------------------------------------------------------------
 
     def forward(self, residuals):
+        self.rule_lists = set()
         out = _Out()
         fn = self.fn
         out.add(f"# forward of {fn.name} ({fn.file}:{fn.firstline}): the primal, saving what "
@@ -262,6 +276,7 @@ class _Gen:
         else:
             inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})"
                      for k in sorted(self.tapes)]
+        inits += [f"{name} = _List()" for name in sorted(self.rule_lists)]
         return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
 
     def push(self, out, value, t, reserved):
@@ -307,9 +322,20 @@ class _Gen:
             if pushed:
                 self.push(out, s.target, self.pushed_type(s), reserved)
             kept = self.kept.get(id(s.expr)) if self.device is None else None
+            cp = self.calls.get(id(s.expr))
+            args = ", ".join(a.src() for a in getattr(s.expr, "args", ()))
             if kept:
-                args = ", ".join(a.src() for a in s.expr.args)
-                out.add(f"{s.target}, {kept} = fwd_{self.calls[id(s.expr)].name}({args})")
+                out.add(f"{s.target}, {kept} = fwd_{cp.name}({args})")
+            elif self.rule_site(s.expr):
+                # the rule's forward gives the value; its residuals wait for the reverse
+                site = self.rule_site(s.expr)
+                out.add(f"{s.target}, {site} = fwd_{cp.name}({args})")
+                if not self.fusing:
+                    out.add(f"_l{site}.append({site})")
+                    self.rule_lists.add(f"_l{site}")
+            elif cp is not None and cp.kind == "derived" and cp.value != "primal" \
+                    and self.device is None:
+                out.add(f"{s.target} = fwd_{cp.name}({args})[0]")
             else:
                 out.add(f"{s.target} = {ir.expr_src(s.expr)}")
         elif isinstance(s, ir.Store):
@@ -364,6 +390,12 @@ class _Gen:
             res = ", ".join(self.residuals) + ("," if len(self.residuals) == 1 else "")
             out.add(f"return {s.value.src()}, ({res})")
 
+    def rule_site(self, e):
+        """The residual name of a call whose rule's residuals are saved, or None."""
+        if self.device is not None or id(e) in self.checkpointed:
+            return None
+        return self.rule_sites.get(id(e))
+
     def count_pushes(self, stmts):
         """Upper bound of the pushes per tape that one pass over ``stmts`` makes, not counting
         those inside nested loops (each loop reserves its own at entry)."""
@@ -412,7 +444,7 @@ class _Gen:
                       for k in sorted(self.tapes)]
         synthesized = {f"_{c}{x.id}" for x in ir.walk(fn.body) if isinstance(x, (ir.For, ir.While))
                        for c in ("n", "w")}
-        synthesized |= set(self.kept.values())
+        synthesized |= set(self.kept.values()) | {f"_l{n}" for n in self.rule_sites.values()}
         primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
         residuals = sorted(v for v in reads if v in primal)
         residuals += [x for k in sorted(self.tapes) for x in (f"_tape_{k}", f"_k_{k}")]
@@ -583,12 +615,15 @@ class _Gen:
         # post's reverse runs before its forward here: its calls are checkpointed
         post_calls = {id(x.expr) for x in post if isinstance(x, ir.Assign)}
         kept, self.kept = self.kept, {k: v for k, v in self.kept.items() if k not in post_calls}
+        self.checkpointed = post_calls
         try:
             return self._fused_vjp(pre, loop, post, ret, tape)
         finally:
             self.kept = kept
+            self.checkpointed = set()
 
     def _fused_vjp(self, pre, loop, post, ret, tape):
+        self.rule_lists = set()
         fn = self.fn
         out = _Out()
         out.add(f"# fused forward and reverse of {fn.name} ({fn.file}:{fn.firstline}): each "
@@ -919,6 +954,12 @@ class _Gen:
             elif id(e) in self.kept:
                 out.read(self.kept[id(e)])
                 out.add(f"_r = bwd_{cp.name}({self.kept[id(e)]}, {g})")
+            elif self.rule_site(e):
+                site = self.rule_site(e)
+                if not self.fusing:
+                    out.add(f"{site} = _l{site}.pop()")
+                    out.read(f"_l{site}")
+                out.add(f"_r = bwd_{cp.name}({site}, {g})")
             else:
                 out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
             for k, a in enumerate(e.args):

@@ -3,6 +3,7 @@
 import math
 
 import numba
+import numba.typed
 import numpy as np
 from numba import types
 from numba.extending import overload
@@ -82,7 +83,7 @@ def no_value(message, fire):
     return 0.0
 
 
-HELPERS = {"_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
+HELPERS = {"_List": numba.typed.List, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
            "_push_view": _push_view, "_np": np}
 
 
