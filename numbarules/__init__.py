@@ -14,7 +14,9 @@ from . import primitives  # noqa: F401 - registers the built-in rules
 from .api import grad, value_and_grad, pullback, code, ad_stats, explain
 from . import testing
 from .errors import (NumbarulesError, SignatureError, DispatchError, NoMethodError, AmbiguityError,
-                     CompilationError, UnsupportedSyntaxError, DifferentiationError, RuleError)
+                     CompilationError, UnsupportedSyntaxError, DifferentiationError, RuleError,
+                     TangentShapeError)
+from . import cuda_hook as _cuda_hook
 
 __version__ = "0.1.0"
 
@@ -25,7 +27,7 @@ __all__ = [
     "which", "jit", "cache_info", "clear_cache", "scalar_rule", "rrule", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
     "pullback", "code", "ad_stats", "explain", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
-    "UnsupportedSyntaxError", "DifferentiationError", "RuleError",
+    "UnsupportedSyntaxError", "DifferentiationError", "RuleError", "TangentShapeError",
 ]
 
 
@@ -35,3 +37,6 @@ def __getattr__(name):
         import importlib
         return importlib.import_module(".cuda", __name__)
     raise AttributeError(f"module 'numbarules' has no attribute {name!r}")
+
+
+_cuda_hook.install()

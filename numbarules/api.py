@@ -26,7 +26,7 @@ class Gradient:
         # A class per object so that __call__ can be the compiled entry itself (see cache).
         return object.__new__(type(cls.__name__, (cls,), {"__module__": cls.__module__}))
 
-    def __init__(self, f, argnums, with_value):
+    def __init__(self, f, argnums, with_value, boundscheck=False):
         if not callable(f):
             raise TypeError(f"nr.grad differentiates a function, not {f!r}")
         if isinstance(argnums, bool) or not isinstance(argnums, (int, tuple)) or (
@@ -36,6 +36,7 @@ class Gradient:
         self._nr_gradient_of = f       # kernels names it in errors (no second derivatives yet)
         self.argnums = argnums
         self.with_value = with_value
+        self.boundscheck = bool(boundscheck)
         kind = "value_and_grad" if with_value else "grad"
         name = getattr(f, "__name__", "f")
         self.__name__ = re.sub(r"\W", "_", f"{kind}_{name}")
@@ -47,7 +48,7 @@ class Gradient:
         return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"
 
     def _nr_fingerprint(self):
-        return ("gradient", self.f, self.argnums, self.with_value)
+        return ("gradient", self.f, self.argnums, self.with_value, self.boundscheck)
 
     def __call__(self, *args, **kwargs):
         self._install()
@@ -83,7 +84,7 @@ class Gradient:
         mask = tuple(i in nums for i in range(len(argtypes)))
         kernels.check_arguments(self.f, argtypes, mask)
         target, decisions = kernels.target_for(self.f, argtypes)
-        spec = kernels.specialize(target, argtypes, mask)
+        spec = kernels.specialize(target, argtypes, mask, self.boundscheck)
         kernels.check_differentiable_output(spec)
         node = cache.engine_node(f"{self.__qualname__} driver", decisions, [spec.node],
                                  lambda: self._drivers.pop(argtypes, None))
@@ -97,6 +98,7 @@ class Gradient:
         ns = {"_vjp": spec.vjp, "_seed": _one(spec.return_type), "__name__": cache.GENERATED}
         exec(compile(src, f"<numbarules {self.__qualname__}>", "exec"), ns)  # noqa: S102
         disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,),
+                           options={"boundscheck": True} if self.boundscheck else None,
                            persist=("driver", self))
         self._drivers[argtypes] = (disp, node)
         return disp
@@ -219,37 +221,42 @@ def _one(t):
     return np.float32(1.0) if t == numba.float32 else 1.0
 
 
-def grad(f, argnums=0):
+def grad(f, argnums=0, *, boundscheck=False):
     """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``.
 
     An int gives one tangent, a tuple gives a tuple. Tangents: float for float, an array of the
-    same shape for an array, ``nr.Tangent[S]`` for a struct, None for integers and booleans.
+    same shape for an array, ``nr.Tangent[S]`` for a struct (nested structs: Tangents of
+    Tangents), a tuple of tangents for a tuple, None for integers and booleans.
+
+    ``boundscheck=True`` compiles the generated kernels with Numba's bounds checking: an index
+    past the end of an array raises IndexError instead of reading memory (``check_grad`` uses
+    it; ``NUMBA_BOUNDSCHECK=1`` in the environment turns it on everywhere).
     """
-    return _gradient(f, argnums, False)
+    return _gradient(f, argnums, False, boundscheck)
 
 
-def value_and_grad(f, argnums=0):
+def value_and_grad(f, argnums=0, *, boundscheck=False):
     """Like ``grad``, returning ``(value, gradient)``."""
-    return _gradient(f, argnums, True)
+    return _gradient(f, argnums, True, boundscheck)
 
 
 _GRADIENTS = {}
 
 
-def _gradient(f, argnums, with_value):
+def _gradient(f, argnums, with_value, boundscheck):
     # One object per (f, argnums, kind): its compiled drivers are reused by every nr.grad(f)
     # (linking a driver re-optimises the kernels it calls: seconds for large array code).
     try:
-        key = (f, argnums, with_value)
+        key = (f, argnums, with_value, bool(boundscheck))
         hit = _GRADIENTS.get(key)
     except TypeError:          # unhashable f or argnums
-        return Gradient(f, argnums, with_value)
+        return Gradient(f, argnums, with_value, boundscheck)
     if hit is None:
-        hit = _GRADIENTS[key] = Gradient(f, argnums, with_value)
+        hit = _GRADIENTS[key] = Gradient(f, argnums, with_value, boundscheck)
     return hit
 
 
-def _spec_for_call(f, args, argnums=None):
+def _spec_for_call(f, args, argnums=None, bounds=False):
     if isinstance(f, Gradient):     # nr.code(nr.grad(f, argnums), ...) means f's kernels
         f, argnums = f.f, f.argnums if argnums is None else argnums
     argtypes = tuple(numba.typeof(a) for a in args)
@@ -261,19 +268,19 @@ def _spec_for_call(f, args, argnums=None):
         nums = _argnums(argnums, len(args))
         mask = tuple(i in nums for i in range(len(args)))
         kernels.check_arguments(f, argtypes, mask)
-    return kernels.specialize(target, argtypes, mask)
+    return kernels.specialize(target, argtypes, mask, bounds)
 
 
-def pullback(f, *args):
+def pullback(f, *args, boundscheck=False):
     """``(y, pb)``: the value of ``f(*args)`` and its pullback; ``pb(dy)`` returns one tangent per
     argument (None for integers and booleans).
 
     ``dy`` must have the kind and shape of ``y`` (a float for a float, an array of the same
     shape for an array, a tuple or ``nr.Tangent`` of those for a tuple or struct); anything else
     raises ValueError naming ``f``. A rule's tangents are checked against the arguments' shapes
-    (``nr.RuleError``).
+    (``nr.RuleError``). ``boundscheck``: as for ``nr.grad``.
     """
-    spec = _spec_for_call(f, args)
+    spec = _spec_for_call(f, args, bounds=boundscheck)
     y, residuals = spec.fwd(*args)
     name = f"pullback({getattr(f, '__qualname__', f)})"
     bwd = _frozen_pullback(spec, residuals, y)

@@ -110,9 +110,11 @@ def check_arguments(f, argtypes, mask):
                                        f"{k}, {why}")
 
 
-def specialize(target, argtypes, mask):
-    """The (cached) AD specialization of a Method or function at ``argtypes``."""
-    key = (target, tuple(argtypes), tuple(mask))
+def specialize(target, argtypes, mask, bounds=False):
+    """The (cached) AD specialization of a Method or function at ``argtypes``. ``bounds``: its
+    kernels (and its callees') check every index against the array's bounds (IndexError), as
+    Numba's ``boundscheck=True`` does."""
+    key = (target, tuple(argtypes), tuple(mask), bool(bounds))
     spec = _SPECS.get(key)
     if spec is not None and spec.alive:
         return spec
@@ -122,6 +124,7 @@ def specialize(target, argtypes, mask):
         func = target.func if isinstance(target, Method) else target
     name = re.sub(r"\W", "_", f"{getattr(func, '__name__', 'rule')}_{next(_ids)}")
     spec = _SPECS[key] = Spec(key, target, func, name)
+    spec.bounds = bool(bounds)
     # Known before the build, so a recursive call inside it can read them.
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
                                for t in tangent_types(argtypes, mask))
@@ -169,12 +172,13 @@ def _build(spec, argtypes, mask):
         "vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
     # The forward keeps the primal's error semantics (ZeroDivisionError where it would raise);
     # the pullback divides by values the forward already divided by, so it skips the checks.
-    options = {"bwd": {"error_model": "numpy"}}
+    options = {"fwd": {}, "bwd": {"error_model": "numpy"}, "vjp": {}}
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
-        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", options=options.get(kind),
+        ns[fname] = cache.owned(ns[fname], f"{label} ({kind})",
+                                options=_with_bounds(options[kind], spec.bounds),
                                 depends=(spec.node,), local_types=local_types.get(kind),
-                                persist=("ad", kind, spec.target, tuple(mask)))
+                                persist=("ad", kind, spec.target, tuple(mask), spec.bounds))
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
                                for t in tangent_types(argtypes, mask))
@@ -294,12 +298,19 @@ def _build_rule(spec, argtypes, mask):
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,),
-                                persist=("rule", kind, rule, tuple(mask)))
+                                options=_with_bounds({}, spec.bounds),
+                                persist=("rule", kind, rule, tuple(mask), spec.bounds))
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.uses_rules = rule.kind == "rrule"
     spec.ready = True
     for other_ns in spec.waiters:
         _bind(other_ns, spec)
+
+
+def _with_bounds(options, bounds):
+    """Numba options with ``boundscheck`` on where asked (NUMBA_BOUNDSCHECK, set in the
+    environment, overrides both ways, as for any Numba function)."""
+    return dict(options, boundscheck=True) if bounds else options
 
 
 def _generated_rule(rule, name, argtypes, ns):
@@ -438,7 +449,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         pname = f"_partials_{re.sub(r'[^A-Za-z0-9]', '_', getattr(f, '__name__', 'f'))}_{id(target)}"
         ns[pname] = cache.helper(target.impl)
         return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
-    callee = specialize(target, argtypes, arg_mask)
+    callee = specialize(target, argtypes, arg_mask, spec.bounds)
     info["callee"] = callee
     if callee.ready:
         _bind(ns, callee)

@@ -621,3 +621,74 @@ def test_rule_values_inside_loops_and_branches():
                                rtol=1e-6)
     _, pb = nr.pullback(softplus_carried, z, 3)
     np.testing.assert_allclose(pb(1.0)[0], fd(softplus_carried, (z, 3), 0), rtol=1e-6)
+
+
+# --- 9. reads past the end ---------------------------------------------------------------------------
+
+def reads_past_the_end(x, n):
+    s = 0.0
+    for i in range(n):
+        s += x[i] * x[i]
+    return s
+
+
+def test_boundscheck_for_the_generated_kernels():
+    x = np.ones(3)
+    with pytest.raises(IndexError):
+        nr.grad(reads_past_the_end, boundscheck=True)(x, 5)
+    with pytest.raises(IndexError):
+        nr.pullback(reads_past_the_end, x, 5, boundscheck=True)
+    np.testing.assert_array_equal(nr.grad(reads_past_the_end, boundscheck=True)(x, 3), 2 * x)
+
+
+def test_numba_boundscheck_in_the_environment_reaches_the_kernels(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "oob.py"
+    script.write_text(
+        "import numpy as np, numbarules as nr\n"
+        "def f(x, n):\n"
+        "    s = 0.0\n"
+        "    for i in range(n):\n"
+        "        s += x[i] * x[i]\n"
+        "    return s\n"
+        "try:\n"
+        "    nr.grad(f)(np.ones(3), 5)\n"
+        "except IndexError:\n"
+        "    print('IndexError')\n")
+    env = dict(__import__("os").environ, NUMBA_BOUNDSCHECK="1", NUMBARULES_CACHE="0")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.stdout.strip() == "IndexError", out.stderr[-2000:]
+
+
+# --- 17. device use does not depend on import order --------------------------------------------
+
+@pytest.mark.parametrize("numba_cuda_first", [True, False])
+def test_gradient_objects_in_kernels_whatever_the_import_order(tmp_path, numba_cuda_first):
+    import subprocess
+    import sys
+    first, second = "from numba import cuda, float64", "import numbarules as nr"
+    if not numba_cuda_first:
+        first, second = second, first
+    script = tmp_path / "ptx.py"
+    script.write_text(
+        f"{first}\n{second}\n"
+        "from numba.cuda import dispatcher\n"
+        "class Device:\n"
+        "    compute_capability = (9, 0)\n"
+        "dispatcher.get_current_device = lambda: Device()     # no GPU here: PTX only\n"
+        "def f(x):\n"
+        "    return x * x * 3.0\n"
+        "g = nr.grad(f)\n"
+        "def kernel(xs, out):\n"
+        "    i = cuda.grid(1)\n"
+        "    if i < xs.shape[0]:\n"
+        "        out[i] = g(xs[i])\n"
+        "ptx, _ = cuda.compile_ptx(kernel, (float64[:], float64[:]), cc=(9, 0))\n"
+        "print('.target sm_90' in ptx)\n")
+    env = dict(__import__("os").environ, NUMBARULES_CACHE="0")
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.stdout.strip() == "True", out.stderr[-3000:]
