@@ -12,7 +12,7 @@ import re
 import numba
 import numpy as np
 
-from . import cache, kernels, lattice, numba_glue, rules
+from . import cache, kernels, lattice, numba_glue, registry, rules
 from .ad import analysis
 from .dispatch import GenericFunction, Method
 from .errors import NumbarulesError, RuleError
@@ -62,7 +62,7 @@ class Gradient:
     @property
     def _numba_type_(self):
         if self._type is None:
-            self._type = numba_glue.callable_type(self, 0, self._resolve)
+            self._type = numba_glue.callable_type(self, 0, Gradient._resolve)
         return self._type
 
     def _nr_node_for(self, argtypes):
@@ -240,19 +240,18 @@ def value_and_grad(f, argnums=0, *, boundscheck=False):
     return _gradient(f, argnums, True, boundscheck)
 
 
-_GRADIENTS = {}
-
-
 def _gradient(f, argnums, with_value, boundscheck):
-    # One object per (f, argnums, kind): its compiled drivers are reused by every nr.grad(f)
-    # (linking a driver re-optimises the kernels it calls: seconds for large array code).
+    # One object per (f, argnums, kind), held by f (numbarules.registry): its compiled drivers
+    # are reused by every nr.grad(f) (linking a driver re-optimises the kernels it calls:
+    # seconds for large array code).
     try:
-        key = (f, argnums, with_value, bool(boundscheck))
-        hit = _GRADIENTS.get(key)
-    except TypeError:          # unhashable f or argnums
+        key = (argnums, with_value, bool(boundscheck))
+        made = registry.table(f, "_nr_gradients")
+        hit = made.get(key)
+    except TypeError:          # unhashable argnums, or f holds no table
         return Gradient(f, argnums, with_value, boundscheck)
     if hit is None:
-        hit = _GRADIENTS[key] = Gradient(f, argnums, with_value, boundscheck)
+        hit = made[key] = Gradient(f, argnums, with_value, boundscheck)
     return hit
 
 

@@ -35,33 +35,44 @@ import sys
 import warnings
 import weakref
 
-from . import diskcache, dispatch, numba_glue, rules
+from . import diskcache, dispatch, numba_glue, registry, rules
 from .dispatch import GenericFunction
 from .errors import CompilationError, DispatchError, RuleError
 from .lattice import fmt_sig, from_numba, source_location, typeof
 
 
 class Node:
-    """One compiled specialization (or one engine-made choice) and what it relied on."""
+    """One compiled specialization (or one engine-made choice) and what it relied on.
 
-    __slots__ = ("dispatcher", "args", "label", "decisions", "callees", "callers", "alive",
-                 "on_drop")
+    A node belongs to its dispatcher (or, for an engine node, to the specialization or gradient
+    object that made it) and refers to it weakly; it holds the nodes it links (``callees``)
+    and is held weakly by the nodes linking it (``callers``), so that dropping the last
+    reference to some compiled code frees its nodes too (numbarules.registry).
+    """
+
+    __slots__ = ("_dispatcher", "args", "label", "decisions", "callees", "callers", "alive",
+                 "on_drop", "__weakref__")
 
     def __init__(self, dispatcher, args, label, on_drop=None):
-        self.dispatcher = dispatcher
+        self._dispatcher = None if dispatcher is None else weakref.ref(dispatcher)
         self.args = args
         self.label = label
         self.decisions = []      # (function, lattice signature, kind, outcome): see _decide
         self.callees = set()
-        self.callers = set()
+        self.callers = weakref.WeakSet()
         self.alive = True
         self.on_drop = on_drop   # engine nodes: what to forget when dropped
 
+    @property
+    def dispatcher(self):
+        return None if self._dispatcher is None else self._dispatcher()
+
     def drop(self):
-        if self.dispatcher is None:
+        if self._dispatcher is None:
             self.on_drop()
             return True
-        return numba_glue.drop_overload(self.dispatcher, self.args)
+        disp = self._dispatcher()
+        return disp is not None and numba_glue.drop_overload(disp, self.args)
 
     def __repr__(self):
         return f"<node {self.label}{self.args}>"
@@ -70,11 +81,12 @@ class Node:
 #: The module name of generated code (see numbarules/_generated.py).
 GENERATED = "numbarules._generated"
 
-_NODES = {}                                   # (dispatcher, args) -> Node
-_DECISIONS = collections.defaultdict(dict)    # function -> {lattice sig: {(Node, kind): outcome}}
-_SPECS = {}                                   # (method, args) -> dispatcher of that method
-_HELPERS = weakref.WeakKeyDictionary()        # plain Python function -> its nr.jit dispatcher
-_JITTED = weakref.WeakKeyDictionary()         # function -> the nr.jit dispatcher being made of it
+# Who holds what (numbarules.registry): a dispatcher holds its nodes; a function holds the
+# decisions recorded about calls of it, each held weakly by the node that relied on it; a method
+# holds its compiled dispatchers; a plain function its nr.jit version. The global tables below
+# are weak: they enumerate what is alive.
+_DISPATCHERS = registry.Alive()               # dispatchers holding nodes ("_nr_nodes": {args: Node})
+_ENGINE_NODES = registry.Alive()              # engine nodes (owned by what made them)
 _counts = collections.Counter()
 _by_function = collections.Counter()
 _by_owner = weakref.WeakKeyDictionary()       # generic function or nr.jit dispatcher -> compiles
@@ -108,8 +120,33 @@ def engine_node(label, decisions=(), callees=(), on_drop=None):
     """
     node = Node(None, (), label, on_drop or (lambda: None))
     _link(node, decisions, callees)
-    _NODES[(node, ())] = node
+    _ENGINE_NODES.add(node)
     return node
+
+
+def _node(disp, args):
+    """The node of ``disp`` compiled for ``args``, or None."""
+    return None if disp is None else _nodes_of(disp).get(tuple(args))
+
+
+def _nodes_of(disp):
+    """{args: Node} of dispatcher ``disp``, held by the dispatcher itself."""
+    return registry.peek(disp, "_nr_nodes") or {}
+
+
+def _set_node(disp, args, node):
+    registry.table(disp, "_nr_nodes")[tuple(args)] = node
+    _DISPATCHERS.add(disp)
+
+
+def all_nodes():
+    """Every live node."""
+    return [n for d in _DISPATCHERS for n in list(_nodes_of(d).values())] + list(_ENGINE_NODES)
+
+
+def _decisions_about(f):
+    """{lattice sig: {node: {kind: outcome}}} recorded about calls of ``f`` (on ``f`` itself)."""
+    return registry.table(f, "_nr_decisions")
 
 
 def _link(node, decisions, callees):
@@ -122,21 +159,22 @@ def _link(node, decisions, callees):
 
 
 def _record(disp, label, owner, args, calls, depends=()):
-    old = _NODES.get((disp, args))
+    old = _node(disp, args)
     if old is not None:
         _unlink(old)
-    node = _NODES[(disp, args)] = Node(disp, args, label)
+    node = Node(disp, args, label)
+    _set_node(disp, args, node)
     _link(node, (), depends)
     for callee, cargs in calls:
         if isinstance(callee, GenericFunction):
             sig = tuple(from_numba(a) for a in cargs)
             method = callee.resolve(sig)
             _decide(node, callee, sig, "method", method, tuple(cargs))
-            target = _NODES.get((_SPECS.get((method, cargs)), cargs))
+            target = _node(_compiled(method).get(tuple(cargs)), cargs)
         elif hasattr(callee, "_nr_node_for"):      # a gradient object: its driver's node
             target = callee._nr_node_for(cargs)
         else:
-            target = _NODES.get((callee, cargs))
+            target = _node(callee, cargs)
         if target is not None:
             node.callees.add(target)
             target.callers.add(node)
@@ -150,7 +188,8 @@ def _decide(node, f, sig, kind, outcome, argtypes=None):
     method runs) or "rule" (which rule entry, or None, the AD engine used). ``argtypes``: the
     Numba types ``sig`` came from (what the disk cache stores to make the decision again)."""
     node.decisions.append((f, sig, kind, outcome, argtypes))
-    _DECISIONS[f].setdefault(sig, {})[(node, kind)] = outcome
+    _decisions_about(f).setdefault(sig, weakref.WeakKeyDictionary()).setdefault(
+        node, {})[kind] = outcome
 
 
 def _outcome(f, sig, kind):
@@ -165,10 +204,13 @@ def _unlink(node):
     for callee in node.callees:
         callee.callers.discard(node)
     for f, sig, kind, *_ in node.decisions:
-        _DECISIONS[f].get(sig, {}).pop((node, kind), None)
-    key = (node.dispatcher if node.dispatcher is not None else node, node.args)
-    if _NODES.get(key) is node:
-        del _NODES[key]
+        registry.table(f, "_nr_decisions").get(sig, {}).pop(node, None)
+    if node._dispatcher is None:
+        _ENGINE_NODES.discard(node)
+    else:
+        nodes = _nodes_of(node.dispatcher)
+        if nodes.get(node.args) is node:
+            del nodes[node.args]
 
 
 def invalidate(nodes):
@@ -227,7 +269,8 @@ class _DiskSlot:
                 if cres is not None and tuple(cres.signature.args) != argtypes:
                     cres = None      # types that do not survive pickling (see save_overload)
                 if cres is not None:
-                    node = _NODES[(self.disp, argtypes)] = Node(self.disp, argtypes, self.label)
+                    node = Node(self.disp, argtypes, self.label)
+                    _set_node(self.disp, argtypes, node)
                     for decision in adopted:
                         _decide(node, *decision)
                     _counts["disk_hits"] += 1
@@ -239,7 +282,7 @@ class _DiskSlot:
         if self.persist is None or not diskcache.enabled():
             return
         args = tuple(cres.signature.args)
-        node = _NODES.get((self.disp, args))
+        node = _node(self.disp, args)
         decisions = _portable_decisions(node) if node is not None else None
         if decisions is None:
             return              # something it relied on cannot be named in another process
@@ -312,7 +355,7 @@ class _Backend:
     def numba_type(self, f):
         cached = f.__dict__.get("_nr_type")
         if cached is None or cached[0] != f.world:
-            cached = f._nr_type = (f.world, numba_glue.callable_type(f, f.world, _resolver(f)))
+            cached = f._nr_type = (f.world, numba_glue.callable_type(f, f.world, _resolve_call))
         return cached[1]
 
     def install_call(self, f):
@@ -324,9 +367,10 @@ class _Backend:
     def method_changed(self, f, old, new):
         affected = _changed_decisions(f)
         if old is not None:
-            for key in [k for k in _SPECS if k[0] is old]:
-                disp = _SPECS.pop(key)
-                affected += [n for (d, _), n in list(_NODES.items()) if d is disp]
+            compiled = _compiled(old)
+            for disp in list(compiled.values()):
+                affected += list(_nodes_of(disp).values())
+            compiled.clear()
         invalidate(affected)
         tramp = f.__dict__.get("_nr_trampoline")
         if tramp is not None and tramp._nr_arities != f.arities():
@@ -340,35 +384,35 @@ class _Backend:
 def _changed_decisions(f):
     """Nodes whose recorded decisions about ``f`` come out differently now (see the table)."""
     affected = []
-    for sig, entries in list(_DECISIONS.get(f, {}).items()):
+    for sig, entries in list((registry.peek(f, "_nr_decisions") or {}).items()):
         now = {}
-        for (node, kind), chosen in list(entries.items()):
-            if kind not in now:
-                now[kind] = _outcome(f, sig, kind)
-            if now[kind] is not chosen:
-                affected.append(node)
+        for node, kinds in list(entries.items()):
+            for kind, chosen in list(kinds.items()):
+                if kind not in now:
+                    now[kind] = _outcome(f, sig, kind)
+                if now[kind] is not chosen:
+                    affected.append(node)
     return affected
 
 
-def _resolver(f):
-    def resolve(context, argtypes):
-        sig = tuple(from_numba(a) for a in argtypes)
-        try:
-            method = f.resolve(sig)
-        except DispatchError as exc:
-            numba_glue.pending_errors().append(exc)
-            raise numba_glue.TypingError(str(exc)) from None
-        return specialize(method, argtypes, context)
-    return resolve
+def _resolve_call(f, context, argtypes):
+    """The dispatcher a compiled call of generic function ``f`` at ``argtypes`` jumps to."""
+    sig = tuple(from_numba(a) for a in argtypes)
+    try:
+        method = f.resolve(sig)
+    except DispatchError as exc:
+        numba_glue.pending_errors().append(exc)
+        raise numba_glue.TypingError(str(exc)) from None
+    return specialize(method, argtypes, context)
 
 
 def specialize(method, argtypes, context=None):
     """The dispatcher of ``method`` compiled for ``argtypes`` (compiling it if needed)."""
-    key = (method, argtypes)
-    disp = _SPECS.get(key)
+    compiled = _compiled(method)
+    disp = compiled.get(tuple(argtypes))
     if disp is None:
-        disp = _SPECS[key] = owned(_prepare(method.func), repr(method), method.function,
-                                   persist=("method", method))
+        disp = compiled[tuple(argtypes)] = owned(_prepare(method.func), repr(method),
+                                                 method.function, persist=("method", method))
     if context is not None and numba_glue.being_typed(context, disp, argtypes):
         return disp                 # a recursive call: the template types it
     if numba_glue.has_overload(disp, argtypes):
@@ -382,6 +426,11 @@ def specialize(method, argtypes, context=None):
             pending.append(_compile_error(method.func, f"method {method!r}", argtypes, exc))
         raise numba_glue.TypingError(str(pending[-1])) from None
     return disp
+
+
+def _compiled(method):
+    """{argument types: dispatcher} of ``method``, held by the method itself."""
+    return registry.table(method, "_nr_compiled")
 
 
 def _compile_error(func, what, argtypes, exc):
@@ -410,7 +459,7 @@ def install_entry(owner, arities, check):
     """
     old = owner.__dict__.get("_nr_trampoline")
     if old is not None:
-        invalidate([n for (d, _), n in list(_NODES.items()) if d is old])
+        invalidate(list(_nodes_of(old).values()))
     if len(arities) == 1:
         params = ", ".join(f"a{i}" for i in range(arities[0]))
         src = f"def {owner.__name__}({params}):\n    return _f({params})\n"
@@ -435,7 +484,7 @@ def install_entry(owner, arities, check):
 
 
 def node_of(dispatcher, argtypes):
-    return _NODES.get((dispatcher, tuple(argtypes)))
+    return _node(dispatcher, argtypes)
 
 
 def _boundary_error(exc, func=None, args=()):
@@ -469,7 +518,8 @@ def jit(func=None, **options):
     prepared, fill = _prepare_deferred(func)
     disp = owned(prepared, func.__qualname__, None, options,
                  persist=("jit", func, sorted(options.items(), key=repr)))
-    _JITTED[func] = disp         # before its callees are swapped in: they may call it back
+    # held by the function, before its callees are swapped in: they may call it back
+    registry.table(func, "_nr_jit")[_options_key(options)] = disp
     fill()
 
     def before(d, args):
@@ -542,11 +592,14 @@ def _new_cell(value):
 
 
 def helper(func):
-    """The nr.jit version of a plain Python function (one per function)."""
-    disp = _HELPERS.get(func)
-    if disp is None:
-        disp = _HELPERS[func] = _JITTED.get(func) or jit(func)
-    return disp
+    """The nr.jit version of a plain Python function (one per function, held by it)."""
+    made = registry.table(func, "_nr_jit")
+    disp = made.get(_options_key({}))
+    return disp if disp is not None else jit(func)
+
+
+def _options_key(options):
+    return tuple(sorted(options.items(), key=repr))
 
 
 # --- counters ------------------------------------------------------------------------------------
@@ -568,21 +621,68 @@ def cache_info(f=None):
         "invalidations": _counts["invalidations"],
         "disk_hits": _counts["disk_hits"],
         "disk_writes": _counts["disk_writes"],
-        "specializations": len(_NODES),
+        "specializations": len(all_nodes()),
         "by_function": dict(_by_function),
     }
 
 
-def clear_cache(disk=False):
+#: The tables the engine keeps on the objects they are about (numbarules.registry).
+_TABLES = ("_nr_ad", "_nr_compiled", "_nr_jit", "_nr_gradients", "_nr_decisions", "_nr_nodes")
+
+
+def clear_cache(f=None, disk=False):
     """Drop every compiled specialization and reset the counters; with ``disk=True`` also empty
-    the on-disk kernel cache (what ``numbarules cache clear`` does)."""
+    the on-disk kernel cache (what ``numbarules cache clear`` does).
+
+    With ``f`` (a generic function, a plain or ``nr.jit`` function, a rule's function): drop
+    only what was compiled for ``f`` (its methods, its AD kernels and rules' kernels, its
+    gradient objects) and everything compiled against it, and let it be freed. Numba keeps the
+    code it compiled from a module's globals alive as long as that code may run, and with it
+    those globals; this is how a process that differentiates many short-lived functions gives
+    their memory back (all but the ~0.7 MB per compile that Numba's JIT engine keeps).
+    """
     if disk:
         diskcache.clear()
     with numba_glue.LOCK:
-        invalidate(list(_NODES.values()))
+        if f is not None:
+            owners = _owners_of(f)
+            invalidate([n for o in owners for n in _nodes_held_by(o)])
+            for o in owners:
+                for name in _TABLES:
+                    found = registry.peek(o, name)
+                    if found is not None and name != "_nr_decisions":
+                        found.clear()
+            return
+        invalidate(all_nodes())
+        registry.clear(_TABLES)
         _counts.clear()
         _by_function.clear()
         _by_owner.clear()
+
+
+def _owners_of(f):
+    """``f`` and the objects holding what was compiled for it: its methods, its rules, its
+    gradient objects."""
+    owners = [f] + list(getattr(f, "methods", ()) if isinstance(f, GenericFunction) else ())
+    owners += list(rules.entries(f))
+    owners += list((registry.peek(f, "_nr_gradients") or {}).values())
+    return owners
+
+
+def _nodes_held_by(owner):
+    nodes = []
+    for spec in list((registry.peek(owner, "_nr_ad") or {}).values()):
+        if getattr(spec, "node", None) is not None:
+            nodes.append(spec.node)
+    for name in ("_nr_compiled", "_nr_jit"):
+        for disp in list((registry.peek(owner, name) or {}).values()):
+            nodes += list(_nodes_of(disp).values())
+    tramp = getattr(owner, "__dict__", {}).get("_nr_trampoline")
+    if tramp is not None:
+        nodes += list(_nodes_of(tramp).values())
+    for entry in list(getattr(owner, "_drivers", {}).values()):
+        nodes.append(entry[1])
+    return nodes
 
 
 dispatch.set_backend(_Backend())

@@ -33,7 +33,9 @@ def backend():
 class Method:
     """One method of a generic function: a signature of lattice types and a Python body."""
 
-    __slots__ = ("function", "signature", "func", "params", "file", "line", "__weakref__")
+    # __dict__: the compiled specializations of the method live on it (numbarules.registry)
+    __slots__ = ("function", "signature", "func", "params", "file", "line", "__weakref__",
+                 "__dict__")
 
     def __init__(self, function, signature, func, params):
         self.function = function

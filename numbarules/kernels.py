@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, numba_glue, rules
+from . import cache, numba_glue, registry, rules
 from .ad import analysis, closures, codegen, frontend, ir, runtime, tangents
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
@@ -27,7 +27,9 @@ from .lattice import from_numba, source_location
 from .structs import Tangent, isstruct
 
 _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like}
-_SPECS = {}          # (target, argtypes, mask) -> Spec
+# A specialization is held by its target (the function, method or rule: numbarules.registry),
+# in its table "_nr_ad": (argtypes, mask, bounds) -> Spec; _LIVE enumerates them.
+_LIVE = registry.Alive()
 _ids = itertools.count(1)
 
 
@@ -50,8 +52,10 @@ class Spec:
 
     def drop(self):
         self.alive = False
-        if _SPECS.get(self.key) is self:
-            del _SPECS[self.key]
+        specs = registry.peek(self.target, "_nr_ad") or {}
+        if specs.get(self.key) is self:
+            del specs[self.key]
+        _LIVE.discard(self)
 
 
 def target_for(f, argtypes):
@@ -114,8 +118,9 @@ def specialize(target, argtypes, mask, bounds=False):
     """The (cached) AD specialization of a Method or function at ``argtypes``. ``bounds``: its
     kernels (and its callees') check every index against the array's bounds (IndexError), as
     Numba's ``boundscheck=True`` does."""
-    key = (target, tuple(argtypes), tuple(mask), bool(bounds))
-    spec = _SPECS.get(key)
+    key = (tuple(argtypes), tuple(mask), bool(bounds))
+    specs = registry.table(target, "_nr_ad")
+    spec = specs.get(key)
     if spec is not None and spec.alive:
         return spec
     if isinstance(target, rules.Rule):
@@ -123,7 +128,8 @@ def specialize(target, argtypes, mask, bounds=False):
     else:
         func = target.func if isinstance(target, Method) else target
     name = re.sub(r"\W", "_", f"{getattr(func, '__name__', 'rule')}_{next(_ids)}")
-    spec = _SPECS[key] = Spec(key, target, func, name)
+    spec = specs[key] = Spec(key, target, func, name)
+    _LIVE.add(spec)
     spec.bounds = bool(bounds)
     # Known before the build, so a recursive call inside it can read them.
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
@@ -422,9 +428,13 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     if f is np.full:
         return codegen.CallPlan("full")
     if isstruct(f):
-        if not any(stmt is s for s in spec.fn.body) or call.kwargs:
+        # A struct holding arrays shares them with its tangent, bound when the pullback starts:
+        # it is built once, at the top level. One of floats is a value like any other.
+        if call.kwargs or analysis.holds_arrays(types.get(stmt.target)) and \
+                not any(stmt is s for s in spec.fn.body):
             raise UnsupportedSyntaxError(
-                f"building the struct {f!r} from differentiated values inside a branch or loop\n"
+                f"building the struct {f!r} (holding differentiated arrays) inside a branch or "
+                f"loop, or by keyword\n"
                 f'  File "{spec.fn.file}", line {stmt.line}, in {spec.func.__qualname__}\n'
                 f"Hint: build it once at the top level of the function (its tangent is bound "
                 f"when the pullback starts), with positional arguments.")

@@ -15,8 +15,10 @@ Three mechanisms live here (see docs/numba-internals.md for how each was found a
    (``drop_overload``), so invalidation never recompiles a signature that is still valid.
 """
 
+import itertools
 import operator
 import threading
+import weakref
 
 from numba.core import cgutils, compiler, errors, funcdesc, ir, types, typing
 from numba.core.compiler_lock import global_compiler_lock
@@ -49,24 +51,56 @@ def unliteral(argtypes):
 # --- 1. the Numba type of a generic function -------------------------------------------------
 
 class CallableType(types.Function):
-    """Numba type of a generic function at one world: calls are dispatched while typing."""
+    """Numba type of a generic function at one world: calls are dispatched while typing.
+
+    Numba keeps every type it has seen for the life of the process (its data-model cache), so
+    the type refers to its owner weakly, and so do its template and the dispatchers it chose:
+    dropping a generic function or a gradient object frees it and its compiled code.
+    """
 
     def __init__(self, template):
         super().__init__(template)
-        self.owner = template.owner
+        self._impl_keys = _NotKept()
+
+    @property
+    def owner(self):
+        return self.templates[0].owner_ref()
+
+    def get_impl_key(self, sig):
+        # Found again each time from the dispatchers the template chose (held weakly), rather
+        # than kept in the type's own table: an entry point holds the globals of the code it
+        # runs, and the type lives as long as the process.
+        chosen = self.templates[0]._chosen.get(sig.args)
+        if chosen is None:
+            raise KeyError(sig.args)
+        return chosen if isinstance(chosen, _RecursiveKey) else chosen.get_overload(sig.args)
+
+
+class _NotKept(dict):
+    """A table that keeps nothing (see CallableType.get_impl_key)."""
+
+    def __setitem__(self, key, value):
+        pass
 
 
 class _CallTemplate(AbstractTemplate):
-    owner = None
-    resolve = None    # resolve(context, argtypes) -> a numba Dispatcher, or raise TypingError
-    _chosen = None    # argtypes -> dispatcher, filled by generic(), read by get_impl_key()
+    owner_ref = None  # a weak reference to the generic function or gradient object
+    resolve = None    # resolve(owner, context, argtypes) -> a numba Dispatcher, or raise
+    _chosen = None    # argtypes -> dispatcher (weakly), filled by generic(), read by get_impl_key()
+
+    @property
+    def owner(self):
+        return type(self).owner_ref()
 
     def generic(self, args, kws):
+        owner = self.owner
+        if owner is None:
+            raise TypingError("a generic function or gradient object that no longer exists")
         if kws:
-            raise TypingError(f"{self.owner.__name__}: keyword arguments are not supported in "
+            raise TypingError(f"{owner.__name__}: keyword arguments are not supported in "
                               f"compiled calls to a generic function; pass them positionally")
         args = unliteral(args)
-        disp = type(self).resolve(self.context, args)
+        disp = type(self).resolve(owner, self.context, args)
         frame = self.context.callstack.match(disp.py_func, args)
         if frame is not None:
             return self._recursive(disp, frame, args)
@@ -136,11 +170,25 @@ class _RecursiveKey:
 
 
 def callable_type(owner, world, resolve):
-    """A fresh Numba type for ``owner`` at ``world``; ``resolve`` picks the callee dispatcher."""
+    """A fresh Numba type for ``owner`` at ``world``; ``resolve(owner, context, argtypes)`` picks
+    the callee dispatcher (a function of the owner, not a closure over it: see CallableType)."""
     template = type(f"CallTemplate[{owner.__name__}@{world}]", (_CallTemplate,), {
-        "key": (owner, world), "owner": owner, "resolve": staticmethod(resolve), "_chosen": {},
+        "key": (type_token(owner), world), "owner_ref": weakref.ref(owner),
+        "resolve": staticmethod(resolve), "_chosen": weakref.WeakValueDictionary(),
     })
     return CallableType(template)
+
+
+_tokens = itertools.count(1)
+
+
+def type_token(owner):
+    """A number naming ``owner`` in Numba type keys, never reused (an id() may be, once the
+    owner is gone, and Numba would then hand out the old type)."""
+    token = owner.__dict__.get("_nr_type_token")
+    if token is None:
+        token = owner.__dict__["_nr_type_token"] = next(_tokens)
+    return token
 
 
 register_model(CallableType)(models.OpaqueModel)

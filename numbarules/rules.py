@@ -80,6 +80,14 @@ def _family(rule):
     return "scalar" if rule.kind == "scalar" else "rule"
 
 
+def entries(f):
+    """Every rule entry registered for ``f``."""
+    try:
+        return _RULES.get(f, ())
+    except TypeError:   # an unhashable callable
+        return ()
+
+
 def lookup(f, sig):
     """The entry a call of ``f`` at lattice types ``sig`` uses (the rule rule), or None."""
     try:

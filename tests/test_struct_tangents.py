@@ -91,7 +91,7 @@ def test_rule_pullback_returning_a_struct_tangent():
     D = Diagonal(np.array([1.0, 2.0, 3.0]))
     t = nr.grad(trace)(D)
     np.testing.assert_allclose(t.diag, np.ones(3))
-    assert nr.testing.check_rrule(trace, D) == {}      # kinds checked; no float argument
+    assert set(nr.testing.check_rrule(trace, D)) == {0}    # the struct's float leaves checked
 
 
 def test_a_struct_built_from_differentiated_values_passes_tangents_back():

@@ -692,3 +692,48 @@ def test_gradient_objects_in_kernels_whatever_the_import_order(tmp_path, numba_c
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.stdout.strip() == "True", out.stderr[-3000:]
+
+
+# --- 22. memory: what was compiled for a function can be given back -----------------------------
+
+def test_clear_cache_frees_a_functions_compiled_code(tmp_path, monkeypatch):
+    import gc
+    import importlib
+    import sys
+    import weakref
+    from numbarules import kernels
+    monkeypatch.syspath_prepend(str(tmp_path))
+    refs = []
+    for k in range(2):
+        (tmp_path / f"shortlived{k}.py").write_text(
+            "import math\nimport numbarules as nr\n"
+            "def helper(v):\n    return math.sin(v) * 3.0\n"
+            "@nr.generic\ndef g(v: float):\n    return v * v\n"
+            "def f(x, n):\n    s = 0.0\n    for i in range(n):\n"
+            "        s += helper(x[i]) * g(x[i])\n    return s\n")
+        mod = importlib.import_module(f"shortlived{k}")
+        x = np.linspace(-1.0, 1.0, 4)
+        nr.grad(mod.f)(x, 4)
+        mod.g(2.0)
+        nr.pullback(mod.f, x, 4)[1](1.0)
+        specs = [s for s in kernels._LIVE if s.func in (mod.f, mod.helper, mod.g.methods[0].func)]
+        assert specs
+        refs += [weakref.ref(mod.f), weakref.ref(mod.g)] + [weakref.ref(s.vjp) for s in specs]
+        nr.clear_cache(mod.f)
+        nr.clear_cache(mod.g)
+        nr.clear_cache(mod.helper)
+        del mod, specs
+        del sys.modules[f"shortlived{k}"]
+        gc.collect()
+    assert [r for r in refs if r() is not None] == []
+
+
+def test_clear_cache_drops_every_specialization():
+    from numbarules import kernels
+    nr.grad(cube)(2.0)
+    assert len(kernels._LIVE) > 0
+    nr.clear_cache()
+    import gc
+    gc.collect()
+    assert len(kernels._LIVE) == 0
+    assert nr.grad(cube)(2.0) == 12.0          # and everything compiles again

@@ -110,7 +110,7 @@ def _derived_source(spec, tape):
             f"iteration), which needs no tape.")
     # Loops of constant length are counted in ``known``; ``tape`` bounds the others.
     capacity = known + (tape if looped is not None else 0)
-    source = codegen.generate_device(spec.fn, spec.types, spec.plan, spec.name, spec.key[2],
+    source = codegen.generate_device(spec.fn, spec.types, spec.plan, spec.name, spec.key[1],
                                      capacity)
     return source, _namespace(spec)
 
