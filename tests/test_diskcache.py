@@ -279,3 +279,298 @@ def test_demo_twice_on_one_cache(tmp_path):
                  "grad(my_sum)(D) = Tangent[Diagonal](diag=array([1., 1., 1.]))",
                  "grad(my_sum)(A32) = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]"):
         assert line in outs[0] and line in outs[1]
+
+
+# --- values compiled code freezes: module attributes, chains, cells, defaults, helpers, rules ------
+
+CONFIG = '''
+import numba
+import numpy as np
+import cfgsub as sub
+
+K = {K}
+R = {R}
+P = {P}
+W = np.array([{W}, 1.0])
+
+
+class Params:
+    K = {PK}
+
+
+class Box:
+    def __init__(self, k):
+        self.k = k
+
+    def __repr__(self):          # the same in every process, whatever k holds
+        return "Box()"
+
+
+BOX = Box({BK})
+
+
+@numba.njit
+def scale(x):
+    return K * x
+'''
+
+CONFIG_SUB = '''
+K = {SK}
+
+
+class Deep:
+    K = {DK}
+'''
+
+USER = '''
+import numbarules as nr
+import cfgmod
+
+
+def plain(x):                   # the AD frontend makes cfgmod.K a constant of its kernels
+    return cfgmod.K * x * x
+
+
+def array_global(x):            # a module attribute that is an array
+    return cfgmod.W[0] * x * x
+
+
+@nr.generic
+def gen(x: nr.Float64):         # a method: its primal and its gradient
+    return cfgmod.K * x * x
+
+
+@nr.jit
+def jitted(x):                  # the module held whole in a local; a module's module
+    m = cfgmod
+    return m.K * x + cfgmod.sub.K
+
+
+def deep(x):                    # module.module.class.attribute, a class's, an object's attribute
+    return cfgmod.sub.Deep.K * x * x + cfgmod.Params.K * x + cfgmod.BOX.k
+
+
+def make(m):
+    def closure(x):
+        return m.K * x * x
+    return closure
+
+
+closed = make(cfgmod)           # a closure cell holding the module
+closed_jit = nr.jit(closed)
+
+
+@nr.jit
+def defaulted(x, m=cfgmod):     # a default value
+    return m.K * x
+
+
+def h3(x):
+    return cfgmod.scale(x)      # an @njit function of cfgmod, reading cfgmod's global K
+
+
+def h2(x):
+    return h3(x) * x
+
+
+def outer(x):                   # the value is read by a helper of a helper of a helper
+    return h2(x) + 1.0
+
+
+outer_jit = nr.jit(outer)
+
+
+@nr.generic
+def ruled(x: nr.Float64):
+    return x * x
+
+
+@nr.rrule(ruled)
+def _ruled_rule(x: nr.Float64):
+    y = cfgmod.R * x * x
+    def ruled_pullback(dy):
+        return (cfgmod.P * dy * x,)
+    return y, ruled_pullback
+
+
+def sfun(x):
+    return x * x
+
+
+@nr.scalar_rule(sfun)
+def _sfun_partials(x):
+    return (cfgmod.P * x,)
+
+
+def uses_sfun(x):
+    return sfun(x) + 1.0
+'''
+
+USER_CHILD = '''
+import json, os
+import numbarules as nr
+import usermod as u
+x = 3.0
+vg = lambda f: list(nr.value_and_grad(f)(x))
+cases = [
+    ("plain", lambda: vg(u.plain)),
+    ("array", lambda: vg(u.array_global)),
+    ("method", lambda: [u.gen(x), nr.grad(u.gen)(x)]),
+    ("jit", lambda: u.jitted(x)),
+    ("chain", lambda: vg(u.deep)),
+    ("closure", lambda: vg(u.closed) + [u.closed_jit(x)]),
+    ("default", lambda: u.defaulted(x)),
+    ("helpers", lambda: vg(u.outer) + [u.outer_jit(x)]),
+    ("rrule", lambda: vg(u.ruled) + [nr.pullback(u.ruled, x)[1](-2.0)[0]]),
+    ("scalar_rule", lambda: vg(u.uses_sfun)),
+]
+if os.environ.get("ORDER") == "reversed":    # generated kernels get other names
+    cases.reverse()
+out = {name: run() for name, run in cases}
+out.update(nr.cache_info())
+print(json.dumps(out))
+'''
+
+FIRST = dict(K=2.0, R=3.0, P=5.0, W=7.0, PK=13.0, BK=17.0, SK=11.0, DK=19.0)
+SECOND = dict(K=2.5, R=4.0, P=6.0, W=8.0, PK=14.0, BK=18.0, SK=12.0, DK=20.0)
+CASES = ("plain", "array", "method", "jit", "chain", "closure", "default", "helpers", "rrule",
+         "scalar_rule")
+
+
+def frozen_expected(c, x=3.0):
+    return {
+        "plain": [c["K"] * x * x, 2 * c["K"] * x],
+        "array": [c["W"] * x * x, 2 * c["W"] * x],
+        "method": [c["K"] * x * x, 2 * c["K"] * x],
+        "jit": c["K"] * x + c["SK"],
+        "chain": [c["DK"] * x * x + c["PK"] * x + c["BK"], 2 * c["DK"] * x + c["PK"]],
+        "closure": [c["K"] * x * x, 2 * c["K"] * x, c["K"] * x * x],
+        "default": c["K"] * x,
+        "helpers": [c["K"] * x * x + 1, 2 * c["K"] * x, c["K"] * x * x + 1],
+        "rrule": [c["R"] * x * x, c["P"] * x, -2.0 * c["P"] * x],
+        "scalar_rule": [x * x + 1, c["P"] * x],
+    }
+
+
+@pytest.fixture(scope="module")
+def edited_config(tmp_path_factory):
+    """Three processes on one cache: the first compiles with FIRST's values; the second runs after
+    the configuration modules were edited to SECOND's; the third runs again, unchanged, its
+    computations in the reverse order."""
+    tmp = tmp_path_factory.mktemp("frozen")
+
+    def write(values):
+        (tmp / "cfgmod.py").write_text(CONFIG.format(**values))
+        (tmp / "cfgsub.py").write_text(CONFIG_SUB.format(**values))
+
+    (tmp / "usermod.py").write_text(USER)
+    (tmp / "child.py").write_text(USER_CHILD)
+
+    def run(**env):
+        environ = dict(os.environ, NUMBARULES_CACHE_DIR=str(tmp / "cache"), NUMBARULES_CACHE="1",
+                       PYTHONDONTWRITEBYTECODE="1",     # no .pyc of an edit made in the same second
+                       PYTHONPATH=os.pathsep.join([ROOT, str(tmp)]), **env)
+        proc = subprocess.run([sys.executable, str(tmp / "child.py")], capture_output=True,
+                              text=True, env=environ, cwd=tmp)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    write(FIRST)
+    first = run()
+    write(SECOND)
+    second = run()
+    third = run(ORDER="reversed")
+    return first, second, third
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_edited_module_attribute_gives_the_new_answer(edited_config, case):
+    first, second, _ = edited_config
+    assert np.allclose(first[case], frozen_expected(FIRST)[case], rtol=1e-12)
+    assert np.allclose(second[case], frozen_expected(SECOND)[case], rtol=1e-12), \
+        f"{case}: {second[case]} is the answer compiled for the old values"
+
+
+def test_unchanged_values_still_load_in_any_order(edited_config):
+    first, second, third = edited_config
+    assert first["disk_writes"] > 20
+    for case in CASES:
+        assert np.allclose(third[case], frozen_expected(SECOND)[case], rtol=1e-12)
+    # Only what a closure's gradient records about the closure is not stored (another process
+    # cannot name it); everything else loads, though the kernels were generated in another order.
+    assert third["disk_hits"] >= len(CASES)
+    assert all("<locals>" in label for label in third["by_function"]), third["by_function"]
+
+
+def test_fingerprint_follows_attribute_chains_and_refuses_opaque_values():
+    import types
+
+    cfg = types.ModuleType("nr_fp_cfg")
+    cfg.K, cfg.sub, cfg.W = 2.0, types.ModuleType("nr_fp_sub"), np.zeros(3)
+    cfg.sub.K = 1.0
+
+    class Params:
+        K = 1.0
+
+    class Box:
+        def __init__(self, k):
+            self.k = k
+
+        def __repr__(self):
+            return "Box()"
+
+    cfg.Params, cfg.box = Params, Box(1.0)
+    ns = {"cfg": cfg, "__name__": "nr_fp_user"}
+    exec(textwrap.dedent('''
+        def attr(x):
+            return cfg.K * x
+        def alias(x):
+            m = cfg
+            return m.K * x
+        def chain(x):
+            return cfg.sub.K * x + cfg.Params.K
+        def obj(x):
+            return cfg.box.k * x
+        def arr(x):
+            return cfg.W.sum() * x
+        def whole(x):
+            return cfg.box
+        def make(m):
+            def closure(x):
+                return m.K * x
+            return closure
+        closure = make(cfg)
+        def default(x, m=cfg):
+            return m.K * x
+    '''), ns)
+    names = ("attr", "alias", "chain", "obj", "arr", "closure", "default")
+    base = {n: diskcache.fingerprint(ns[n]) for n in names}
+    assert None not in base.values()
+    assert diskcache.fingerprint(ns["whole"]) is None     # an object compiled code holds whole
+    cfg.K = 3.0
+    changed = {n for n in names if diskcache.fingerprint(ns[n]) != base[n]}
+    assert changed == {"attr", "alias", "closure", "default"}
+    for edit, who in ((lambda: setattr(cfg.sub, "K", 2.0), "chain"),
+                      (lambda: setattr(Params, "K", 2.0), "chain"),
+                      (lambda: setattr(cfg.box, "k", 2.0), "obj"),
+                      (lambda: cfg.W.__setitem__(0, 1.0), "arr")):
+        before = diskcache.fingerprint(ns[who])
+        edit()
+        assert diskcache.fingerprint(ns[who]) != before, who
+
+
+def test_generated_code_is_fingerprinted_by_values_not_by_counter_names():
+    def kernel(callee_name, constant, value):
+        ns = {"__name__": "numbarules._generated", callee_name: value}
+        exec(f"def fwd_f_{constant}(x):\n    return {callee_name}(x) * 2.0\n", ns)
+        return ns[f"fwd_f_{constant}"]
+
+    def helper(x):
+        return x + 1.0
+
+    def other(x):
+        return x + 2.0
+
+    a = diskcache.fingerprint(kernel("fwd_g_1", 1, helper))
+    assert a == diskcache.fingerprint(kernel("fwd_g_12", 7, helper))
+    assert a != diskcache.fingerprint(kernel("fwd_g_1", 1, other))
