@@ -127,8 +127,8 @@ def _entry(grad, entry):
         except numba_glue.NumbaError as exc:
             raise _argument_error(grad, args) or exc
         except TypeError as exc:
-            if isinstance(exc, NumbarulesError):
-                raise
+            if isinstance(exc, NumbarulesError) or len(args) in arities:
+                raise                   # not about the number of arguments
             if _arities(f) != arities:          # f gained or lost a method since
                 grad._install()
                 return type(grad).__call__(*args)

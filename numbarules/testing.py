@@ -51,6 +51,7 @@ and a negative one for a scalar output, two normal draws for an array output) an
 result with the finite differences of ``<dy, f(x)>``, the vector-Jacobian product the pullback
 must compute.
 """
+import inspect
 import sys
 
 import numba
@@ -72,7 +73,8 @@ _F32_RTOL = 1e-3
 _F32_ATOL = 1e-5
 
 
-def check_grad(f, *args, argnums=None, eps=None, rtol=1e-5, atol=1e-7, grad=None):
+def check_grad(f, *args, argnums=None, eps=None, rtol=1e-5, atol=1e-7, grad=None,
+               boundscheck=True):
     """Check ``grad(f, argnums)(*args)`` against central finite differences of ``f``.
 
     ``f`` is scalar-valued and callable from Python (a generic function, a plain Python function
@@ -83,7 +85,9 @@ def check_grad(f, *args, argnums=None, eps=None, rtol=1e-5, atol=1e-7, grad=None
     coordinate. ``rtol``/``atol``: see the module docstring; the defaults allow for the noise of
     finite differences. ``grad``: a gradient factory called as ``grad(f, argnums=tuple_of_ints)``
     whose result, called with ``*args``, returns one tangent per selected argument; default
-    ``numbarules.grad``.
+    ``numbarules.grad``. ``boundscheck``: the default gradient's kernels check every index
+    (``nr.grad(..., boundscheck=True)``), so a read past the end of an array raises IndexError
+    instead of giving a plausible gradient.
 
     Returns ``{argnum: worst relative error}``. Raises ``AssertionError`` when a tangent has the
     wrong kind or structure (see the module docstring), when the gradient call writes into an
@@ -94,14 +98,22 @@ def check_grad(f, *args, argnums=None, eps=None, rtol=1e-5, atol=1e-7, grad=None
     """
     selected = _select(args, argnums)
     name = _name(f)
-    tangents = _tangents(_default_grad() if grad is None else grad, f, args, selected, name)
+    tangents = _tangents(_default_grad(boundscheck) if grad is None else grad, f, args,
+                         selected, name)
     return _check(f, args, selected, tangents, eps, rtol, atol, f"check_grad({name})")
 
 
-def _default_grad():
+def _default_grad(boundscheck):
     # The package's attribute, looked up at call time: whatever numbarules.grad is then
-    # (tests and users may wrap it).
-    return sys.modules["numbarules"].grad
+    # (tests and users may wrap it; a wrapper without a boundscheck parameter gets none).
+    grad = sys.modules["numbarules"].grad
+    try:
+        takes = "boundscheck" in inspect.signature(grad).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not (boundscheck and takes):
+        return grad
+    return lambda f, argnums: grad(f, argnums=argnums, boundscheck=True)
 
 
 def _check(f, args, selected, tangents, eps, rtol, atol, who):

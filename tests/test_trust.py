@@ -737,3 +737,8 @@ def test_clear_cache_drops_every_specialization():
     gc.collect()
     assert len(kernels._LIVE) == 0
     assert nr.grad(cube)(2.0) == 12.0          # and everything compiles again
+
+
+def test_check_grad_runs_with_bounds_checked():
+    with pytest.raises(IndexError):
+        check_grad(reads_past_the_end, np.ones(3), 5, argnums=0)

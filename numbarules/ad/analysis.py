@@ -528,6 +528,10 @@ def _pushes(body, stmts, sites, needed, recompute, in_loop, alias, types, rev_re
     scan(body, frozenset())
     for v, ss in sites.items():
         if v in needed and not scalar(v):
+            if ss and all(isinstance(s, ir.Assign) and part_of(s.expr, types) is not None
+                          and not isinstance(s.expr, ir.Atom) for s in ss) \
+                    and len({ir.expr_src(s.expr) for s in ss}) == 1:
+                continue        # one field of one aggregate: the same array every time
             pushes.update(id(s) for s in ss if id(s) not in recomputed
                           and (len(ss) > 1 or id(s) in in_loop))
     needed_arrays = {alias.get(n, n) for n in needed}

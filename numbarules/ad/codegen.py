@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from numba import types as nbt
 
 from . import fusion, ir
+from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
 from .analysis import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
                        is_float_tuple, part_of)
+from .analysis import where as where_in
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
 
@@ -179,12 +181,22 @@ class _Gen:
 
     # --- shared ----------------------------------------------------------------------------
 
-    def tape_key(self, t):
+    def tape_key(self, t, s=None):
         key = _TAPE_KEYS.get(t)
         if key is None:
-            raise TypeError(f"numbarules cannot save a value of type {t} on its tape")
+            what = f"'{self.saved_name(s)}' " if s is not None else ""
+            where = f"\n{where_in(self.fn, s.line)}" if s is not None and s.line else ""
+            raise UnsupportedSyntaxError(
+                f"overwriting the value {what}of type {t}, which the reverse pass needs (a tape "
+                f"saves numbers, not arrays or tuples){where}\n"
+                f"Hint: give each such value its own variable, or bind the array once outside "
+                f"the loop and update its elements.")
         self.tapes.add(key)
         return key
+
+    def saved_name(self, s):
+        return s.array if isinstance(s, ir.Store) else (s.var if isinstance(s, ir.For)
+                                                         else s.target)
 
     def part_index(self, e):
         """The field or item index a part-of expression reads (None for a whole copy)."""
@@ -279,10 +291,10 @@ class _Gen:
         inits += [f"{name} = _List()" for name in sorted(self.rule_lists)]
         return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
 
-    def push(self, out, value, t, reserved):
+    def push(self, out, value, t, reserved, s=None):
         if self.fusing:
             return
-        k = self.tape_key(t)
+        k = self.tape_key(t, s)
         if self.device is not None:
             # Past the capacity the count keeps growing but nothing is stored: the vjp then
             # returns NaN tangents and the count it needed, never a wrong gradient.
@@ -320,7 +332,7 @@ class _Gen:
         pushed = id(s) in self.plan.pushes
         if isinstance(s, ir.Assign):
             if pushed:
-                self.push(out, s.target, self.pushed_type(s), reserved)
+                self.push(out, s.target, self.pushed_type(s), reserved, s)
             kept = self.kept.get(id(s.expr)) if self.device is None else None
             cp = self.calls.get(id(s.expr))
             args = ", ".join(a.src() for a in getattr(s.expr, "args", ()))
