@@ -742,3 +742,45 @@ def test_clear_cache_drops_every_specialization():
 def test_check_grad_runs_with_bounds_checked():
     with pytest.raises(IndexError):
         check_grad(reads_past_the_end, np.ones(3), 5, argnums=0)
+
+
+# --- views in branches (and after an early return in a loop) ---------------------------------------
+
+def view_in_branch(M, c):
+    s = 0.0
+    if c > 0:
+        r = M[1, :]
+        t = M.T
+        s = np.sum(r * r) + t[0, 1] * 3.0
+    return s + np.sum(M)
+
+
+def view_after_early_return(M, n):
+    s = 0.0
+    for i in range(n):
+        if M[0, i] > 5.0:
+            return s
+        s += M[0, i]
+    w = M[:, 1]
+    return s + np.sum(w * w)
+
+
+def reshape_in_branch(M, c):
+    s = 0.0
+    if c > 0:
+        r = M.reshape(6)
+        s = np.sum(r * r)
+    return s
+
+
+def test_views_in_branches():
+    M = np.arange(6.0).reshape(2, 3)
+    for c in (1.0, -1.0):
+        expected = fd(view_in_branch, (M, c), 0)
+        np.testing.assert_allclose(nr.grad(view_in_branch)(M, c), expected, atol=1e-7)
+        np.testing.assert_allclose(nr.pullback(view_in_branch, M, c)[1](1.0)[0], expected,
+                                   atol=1e-7)
+    np.testing.assert_allclose(nr.grad(view_after_early_return)(M, 3),
+                               fd(view_after_early_return, (M, 3), 0), atol=1e-7)
+    with pytest.raises(nr.UnsupportedSyntaxError, match="reshape or ravel.*inside a branch"):
+        nr.grad(reshape_in_branch)(M, 1.0)

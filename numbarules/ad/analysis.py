@@ -114,7 +114,7 @@ def plan(fn, types, mask, classify):
     view_of = views(fn, types)
     alias = _alias_classes(stmts, types, view_of)
     active = _activity(fn, stmts, types, mask, alias)
-    _check_views(fn, stmts, types, active, alias, view_of)
+    _check_views(fn, stmts, types, active, alias, view_of, in_loop)
     _check_array_methods(fn, stmts, types, active)
     _check_arrays(fn, stmts, types, active, sites, in_loop)
     calls = {}
@@ -371,17 +371,23 @@ def _check_arrays(fn, stmts, types, active, sites, in_loop):
                 f"and update its elements in place (x[i] = ...).")
 
 
-def _check_views(fn, stmts, types, active, alias, view_of):
-    """A differentiated view's adjoint is bound once, when the pullback starts: the view must be
-    taken once, at the top level of the function."""
+def _check_views(fn, stmts, types, active, alias, view_of, in_loop):
+    """A differentiated view's adjoint is bound once, when the pullback starts, to the same view
+    of its base's adjoint: the view is taken once, outside loops. In a branch, a slice or a
+    transpose is fine (its bounds are pinned temporaries, zero where the branch did not run and
+    nothing flows through the view); a reshape is bound to the view's own shape, which a branch
+    that did not run never set."""
     top = {id(s) for s in fn.body}
     for v, s in view_of.items():
-        if v in active and id(s) not in top:
+        if v not in active or id(s) in top:
+            continue
+        if id(s) in in_loop or isinstance(s.expr, ir.MethodCall) and s.expr.name != "transpose":
             raise UnsupportedSyntaxError(
-                f"a view (slice, .T or reshape) of a differentiated array taken inside a branch "
-                f"or loop\n{where(fn, s.line)}\n"
-                f"Hint: take the view once before the branch or loop, or index elements "
-                f"(x[i, j]) inside it.")
+                f"a view ({'reshape or ravel' if id(s) not in in_loop else 'slice, .T or reshape'})"
+                f" of a differentiated array taken inside a {'loop' if id(s) in in_loop else 'branch'}"
+                f"\n{where(fn, s.line)}\n"
+                f"Hint: take the view once before the {'loop' if id(s) in in_loop else 'branch'}, "
+                f"or index elements (x[i, j]) inside it.")
 
 
 def where(fn, line):
