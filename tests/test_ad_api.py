@@ -204,7 +204,7 @@ def test_unsupported_syntax_names_file_line_and_construct():
     msg = str(info.value)
     assert "a for loop over something other than range(...)" in msg
     assert "test_ad_api.py" in msg and "for v in x:" in msg and "Hint:" in msg
-    with pytest.raises(nr.UnsupportedSyntaxError, match=r"(?s)a view .* inside a branch or loop.*x\[i:\]"):
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"(?s)a view .* inside a loop.*x\[i:\]"):
         nr.grad(slices_in_a_loop)(np.ones(3))
     with pytest.raises(nr.UnsupportedSyntaxError, match=r"writing into the argument array 'x'"):
         nr.grad(writes_through_a_view)(np.ones(3))
