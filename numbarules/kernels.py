@@ -286,6 +286,7 @@ def _build_rule(spec, argtypes, mask):
     kinds = _check_rule_types(rule, spec.name, ns, argtypes)
     spec.return_type = kinds[0]
     spec.tangent_kinds = kinds[1]
+    spec.residual_type = kinds[2]
     params = ", ".join(f"a{i}" for i in range(len(argtypes)))
     outs = "".join(f"_d[{k}], " for k in range(len(argtypes)))
     checks = [line for k, (a, t) in enumerate(zip(argtypes, spec.tangent_kinds))
@@ -366,7 +367,7 @@ def _check_rule_types(rule, name, ns, argtypes):
             raise RuleError(f"{where}: tangent {k} is {t}, but argument {k} is {a}: expected "
                             f"None or {_expected_tangent(a)}")
         kinds.append(t)
-    return y_type, tuple(kinds)
+    return y_type, tuple(kinds), res_type
 
 
 def _tangent_fits(t, a):
@@ -476,7 +477,8 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     value = ("rule" if isinstance(target, rules.Rule) and target.kind == "rrule" else
              "forward" if getattr(callee, "uses_rules", False) else "primal")
     return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep,
-                            tangents=tuple(callee.tangent_kinds), value=value)
+                            tangents=tuple(callee.tangent_kinds), value=value,
+                            residuals=getattr(callee, "residual_type", None))
 
 
 def _bind(ns, callee):

@@ -422,10 +422,34 @@ def _check_array_methods(fn, stmts, types, active):
 def _recomputable(body, sites, types):
     """loop id -> statements directly in that loop's body that the reverse pass re-executes."""
     out = {}
-    for s in ir.walk(body):
+    everything = list(ir.walk(body))
+    for s in everything:
         if isinstance(s, (ir.For, ir.While)):
-            out[s.id] = _recomputable_in(s, sites, types)
+            inside = {id(x) for x in ir.walk(s.body + (s.cond if isinstance(s, ir.While) else ()))}
+            # A value read after the loop (or before it) must be restored at the loop's exit
+            # when the reverse pass reaches the readers: re-executing it per reverse iteration
+            # would leave the first iteration's value there instead.
+            outside = {n for x in everything if id(x) not in inside for n in stmt_reads(x)}
+            out[s.id] = [x for x in _recomputable_in(s, sites, types)
+                         if x.target not in outside]
     return out
+
+
+def stmt_reads(s):
+    """Variable names a statement reads itself (not inside its nested blocks)."""
+    if isinstance(s, ir.Assign):
+        atoms = s.expr.atoms()
+    elif isinstance(s, ir.Store):
+        atoms = ir.index_atoms(s.index) + (s.value, ir.Name(s.array))
+    elif isinstance(s, (ir.If, ir.While)):
+        atoms = (s.test,)
+    elif isinstance(s, ir.For):
+        atoms = (s.start, s.stop, s.step)
+    elif isinstance(s, ir.Return):
+        atoms = (s.value,)
+    else:
+        atoms = ()
+    return [a.id for a in atoms if isinstance(a, ir.Name)]
 
 
 def _recomputable_in(loop, sites, types):
@@ -482,12 +506,18 @@ def _pushes(body, stmts, sites, needed, recompute, in_loop, alias, types, rev_re
     # already passed reads. Overwriting such a value means saving it first. Adjoints read
     # operands as they were at the statement (a statement never reads its own target) and,
     # for exp-like partials, the statement's own result.
+    def invariant_part(s):
+        """A read of a part of an aggregate that is bound once: the same value every time."""
+        src = part_of(s.expr, types)
+        return src is not None and not isinstance(s.expr, ir.Atom) \
+            and len(sites.get(s.target, ())) == 1 and len(sites.get(src, ())) <= 1
+
     def scan(block, pending):
         for s in block:
             if isinstance(s, ir.Assign):
                 v = s.target
                 pending = pending | rev_reads(s)
-                if id(s) in recomputed or not scalar(v):
+                if id(s) in recomputed or not scalar(v) or invariant_part(s):
                     pending = pending - {v}
                     continue
                 if v in pending:

@@ -17,7 +17,7 @@ from . import fusion, ir
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
 from .analysis import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
-                       is_float_tuple, part_of)
+                       is_float_tuple, part_of, stmt_reads)
 from .analysis import where as where_in
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
@@ -39,6 +39,7 @@ class CallPlan:
     keep: bool = False         # derived: at the top level, keep the callee's residuals from the
                                # forward instead of re-running its forward in the reverse
     tangents: tuple = ()       # derived: the Numba types of the tangents the callee returns
+    residuals: object = None   # derived from an rrule: the Numba type of its residuals
     value: str = "primal"      # derived: where the forward takes the call's value from:
                                # "primal" (the function itself), "rule" (an rrule's forward,
                                # whose residuals are saved per call), "forward" (the callee's
@@ -154,7 +155,7 @@ class _Gen:
                            and plan.calls[id(x.expr)].kind == "derived"
                            and plan.calls[id(x.expr)].value == "rule"
                            and id(x.expr) not in self.kept}
-        self.rule_lists = set()     # the residual lists the forward filled
+        self.rule_lists = {}        # the residual lists the forward filled -> residual type
         self.checkpointed = set()   # calls whose reverse runs before their forward (fused post)
         # Device code (numbarules.cuda): the tape capacity, a compile-time constant; None on
         # the CPU. See device_vjp.
@@ -247,7 +248,7 @@ class _Gen:
     # --- forward --------------------------------------------------------------------------
 
     def forward(self, residuals):
-        self.rule_lists = set()
+        self.rule_lists = {}
         out = _Out()
         fn = self.fn
         out.add(f"# forward of {fn.name} ({fn.file}:{fn.firstline}): the primal, saving what "
@@ -288,7 +289,15 @@ class _Gen:
         else:
             inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})"
                      for k in sorted(self.tapes)]
-        inits += [f"{name} = _List()" for name in sorted(self.rule_lists)]
+        # typed by the rule's residual type, not by the first append: Numba may prune the
+        # branch holding the append
+        for name in sorted(self.rule_lists):
+            t = self.rule_lists[name]
+            if t is None:
+                inits.append(f"{name} = _List()")
+            else:
+                self.tangent_classes[f"_T{name}"] = t
+                inits.append(f"{name} = _List.empty_list(_T{name})")
         return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
 
     def push(self, out, value, t, reserved, s=None):
@@ -344,7 +353,7 @@ class _Gen:
                 out.add(f"{s.target}, {site} = fwd_{cp.name}({args})")
                 if not self.fusing:
                     out.add(f"_l{site}.append({site})")
-                    self.rule_lists.add(f"_l{site}")
+                    self.rule_lists[f"_l{site}"] = cp.residuals
             elif cp is not None and cp.kind == "derived" and cp.value != "primal" \
                     and self.device is None:
                 out.add(f"{s.target} = fwd_{cp.name}({args})[0]")
@@ -418,7 +427,7 @@ class _Gen:
 
         for s in stmts:
             if id(s) in self.plan.pushes:
-                add(self.tape_key(self.pushed_type(s)))
+                add(self.tape_key(self.pushed_type(s), s))
             if isinstance(s, ir.If):
                 for part in (s.body, s.orelse):
                     for key, k in self.count_pushes(part).items():
@@ -635,7 +644,7 @@ class _Gen:
             self.checkpointed = set()
 
     def _fused_vjp(self, pre, loop, post, ret, tape):
-        self.rule_lists = set()
+        self.rule_lists = {}
         fn = self.fn
         out = _Out()
         out.add(f"# fused forward and reverse of {fn.name} ({fn.file}:{fn.firstline}): each "
@@ -1209,7 +1218,7 @@ def _forwardable(fn, types, plan):
     def visit(stmts, k):
         for s in stmts:
             block[id(s)] = k
-            for name in fusion.reads_of(s):
+            for name in stmt_reads(s):
                 readers.setdefault(name, []).append(s)
             if isinstance(s, ir.Assign):
                 sites.setdefault(s.target, []).append(s)

@@ -32,6 +32,8 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv
            ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
            ast.MatMult: "@"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+            ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 _UNOPS = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not"}
 
 
@@ -327,6 +329,11 @@ class _Normalizer:
 
     def s_If(self, s):
         test = self.pin(self.expr(s.test), self.src.line(s))
+        if isinstance(test, ir.Const):
+            # A constant test: only one side can run. Numba prunes the other before typing, so
+            # its variables would have no types; take the live side here, as Numba does.
+            self.out.extend(self.sub_block(s.body if test.value else s.orelse))
+            return
         self.out.append(ir.If(test, self.sub_block(s.body), self.sub_block(s.orelse),
                               self.src.line(s)))
 
@@ -403,6 +410,8 @@ class _Normalizer:
         line = self.src.line(s)
         if s.orelse:
             raise self.src.error(s, "while ... else", _HINT_STMT)
+        if isinstance(s.test, ast.Constant) and not s.test.value:
+            return              # `while False:` never runs (Numba prunes it, types nothing in it)
         ident = next(self.loop_ids)
         loop = _Loop(ident, f"_brk{ident}" if _contains(s, ast.Break, top=True) else None,
                      f"_cnt{ident}" if _contains(s, ast.Continue, top=True) else None)
@@ -489,6 +498,8 @@ class _Normalizer:
         a = self.expr(e.operand)
         if op == "+":
             return a
+        if op == "not" and isinstance(a, ir.Const):
+            return ir.Const(not a.value)
         return self.emit(ir.UnaryOp(op, a), line)
 
     def e_Compare(self, e, line):
@@ -497,7 +508,11 @@ class _Normalizer:
             raise self.src.error(e, "the comparison 'is' / 'in'", _HINT_EXPR)
         left = self.expr(e.left)
         if len(ops) == 1:
-            return self.emit(ir.BinOp(ops[0], left, self.expr(e.comparators[0])), line)
+            right = self.expr(e.comparators[0])
+            if isinstance(left, ir.Const) and isinstance(right, ir.Const) \
+                    and None not in (left.value, right.value):
+                return ir.Const(_COMPARE[ops[0]](left.value, right.value))   # `if 3 < 2:`
+            return self.emit(ir.BinOp(ops[0], left, right), line)
         # a < b < c  ->  (a < b) and (b < c), b evaluated once, c only if needed
         result = next(self.fresh)
         self.chain(result, left, list(zip(ops, e.comparators)), line)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Tuple
 
 from . import ir
-from .analysis import adjoint_reads
+from .analysis import adjoint_reads, stmt_reads
 
 
 @dataclass(frozen=True)
@@ -38,25 +38,6 @@ class Fusion:
     post: Tuple
     result: Any        # the returned atom
     tape: bool
-
-
-def reads_of(s):
-    """Variable names a statement reads itself (not inside its nested blocks)."""
-    if isinstance(s, ir.Assign):
-        atoms = s.expr.atoms()
-    elif isinstance(s, ir.Store):
-        atoms = ir.index_atoms(s.index) + (s.value, ir.Name(s.array))
-    elif isinstance(s, ir.If):
-        atoms = (s.test,)
-    elif isinstance(s, ir.For):
-        atoms = (s.start, s.stop, s.step)
-    elif isinstance(s, ir.While):
-        atoms = (s.test,)
-    elif isinstance(s, ir.Return):
-        atoms = (s.value,)
-    else:
-        atoms = ()
-    return [a.id for a in atoms if isinstance(a, ir.Name)]
 
 
 def exposed(stmts, v, defined=False):
@@ -69,23 +50,23 @@ def exposed(stmts, v, defined=False):
     hit = False
     for s in stmts:
         if isinstance(s, ir.If):
-            hit = hit or (not defined and v in reads_of(s))
+            hit = hit or (not defined and v in stmt_reads(s))
             e1, d1 = exposed(s.body, v, defined)
             e2, d2 = exposed(s.orelse, v, defined)
             hit = hit or e1 or e2
             defined = defined or (d1 and d2)
         elif isinstance(s, ir.For):
-            hit = hit or (not defined and v in reads_of(s))
+            hit = hit or (not defined and v in stmt_reads(s))
             e, _ = exposed(s.body, v, defined or s.var == v)
             hit = hit or e
         elif isinstance(s, ir.While):
             ec, dc = exposed(s.cond, v, defined)
-            hit = hit or ec or (not defined and v in reads_of(s) and not dc)
+            hit = hit or ec or (not defined and v in stmt_reads(s) and not dc)
             eb, _ = exposed(s.body, v, defined or dc)
             hit = hit or eb
             defined = defined or dc
         else:
-            hit = hit or (not defined and v in reads_of(s))
+            hit = hit or (not defined and v in stmt_reads(s))
             if isinstance(s, ir.Assign) and s.target == v:
                 defined = True
     return hit, defined
@@ -111,17 +92,17 @@ def fusion(fn, plan):
     for s in inside:
         if isinstance(s, ir.Assign):
             sites.setdefault(s.target, []).append(s)
-        for name in reads_of(s):
+        for name in stmt_reads(s):
             reads.setdefault(name, []).append(s)
     loop_vars = {loop.var} | {s.var for s in inside if isinstance(s, ir.For)}
-    after = {n for s in post for n in reads_of(s)}
+    after = {n for s in post for n in stmt_reads(s)}
     if after & loop_vars:
         return None
     for v in loop_vars - {loop.var}:
         # a nested loop's variable read outside every loop over it: a value flowing out
         covered = {id(x) for n in inside if isinstance(n, ir.For) and n.var == v
                    for x in ir.walk(n.body)}
-        if any(id(x) not in covered and v in reads_of(x) for x in inside):
+        if any(id(x) not in covered and v in stmt_reads(x) for x in inside):
             return None
     accumulators = set()
     for v, ss in sites.items():
@@ -158,7 +139,7 @@ def _nested_loops_local(body, sites, accumulators):
                 return False
             if any(id(x) not in inner_ids for x in sites.get(v, ())):
                 return False
-            if any(id(x) not in inner_ids and v in reads_of(x) for x in everything):
+            if any(id(x) not in inner_ids and v in stmt_reads(x) for x in everything):
                 return False
     return True
 
