@@ -1,4 +1,4 @@
-"""The ``numbarules`` command line: ``demo``, ``explain``, ``bench`` and ``cache``."""
+"""The ``numbarules`` command line: ``demo``, ``explain``, ``bench``, ``cache`` and ``fuzz``."""
 
 import argparse
 import glob
@@ -115,6 +115,27 @@ def bench(quick, out=print):
     return 1 if failed else 0
 
 
+def fuzz(n, seed, features=None, keep=None, timeout=120.0, verbose=False, start=0, jobs=1,
+         opt=None, out=print):
+    """``numbarules fuzz``: generate and check random programs (numbarules/fuzz); print the
+    summary and each failing program. Exit code 1 if any program is wrong, crashes the engine
+    (internal, hangs included), is refused for a construct the README does not list as refused,
+    or is invalid (a fuzzer bug)."""
+    from . import fuzz as fuzzer
+    if features:
+        features = [f.strip() for part in features for f in part.split(",") if f.strip()]
+        unknown = [f for f in features if f not in fuzzer.FEATURES]
+        if unknown:
+            out(f"numbarules fuzz: unknown features {', '.join(unknown)}; known:")
+            for name, text in fuzzer.FEATURES.items():
+                out(f"  {name:15s} {text}")
+            return 2
+    summary = fuzzer.run(n=n, seed=seed, features=features or None, timeout=timeout,
+                         verbose=verbose, keep=keep, start=start, jobs=jobs, opt=opt, out=out)
+    out(summary.report())
+    return 1 if summary.failures else 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="numbarules", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,7 +148,39 @@ def main(argv=None):
     be.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes in all")
     ca = sub.add_parser("cache", help="the on-disk kernel cache")
     ca.add_argument("action", choices=("info", "clear"))
+    fz = sub.add_parser("fuzz", help="differential fuzzing of the AD engine: random programs, "
+                                     "grad / pullback / finite differences / the Python value")
+    fz.add_argument("--n", type=int, default=100, help="number of programs (default 100)")
+    fz.add_argument("--seed", type=int, default=0, help="the program stream (default 0)")
+    fz.add_argument("--start", type=int, default=0, help="index of the first program")
+    fz.add_argument("--features", nargs="+", metavar="FEATURE",
+                    help="restrict programs to these feature groups (comma or space separated; "
+                         "`--features list` lists them)")
+    fz.add_argument("--keep", metavar="DIR", help="write every program, and a standalone "
+                                                  "reproducer of each failure, into DIR")
+    fz.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds per program, compiles included (default 120); past it: "
+                         "internal: hang")
+    fz.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    fz.add_argument("--opt", type=int, choices=(0, 1, 2, 3), default=None,
+                    help="NUMBA_OPT for the workers (0 compiles fastest)")
+    fz.add_argument("--minimize", action="store_true",
+                    help="shrink program --start while it fails the same way, print it")
+    fz.add_argument("-v", "--verbose", action="store_true", help="a line per program")
     args = parser.parse_args(argv)
+    if args.command == "fuzz":
+        if args.features == ["list"]:
+            from .fuzz import FEATURES
+            for name, text in FEATURES.items():
+                print(f"{name:15s} {text}")
+            return 0
+        if args.minimize:
+            from .fuzz.reduce import minimize
+            feats = [f for part in args.features or () for f in part.split(",") if f] or None
+            _, res = minimize(args.seed, args.start, feats, timeout=args.timeout)
+            return 0 if res.outcome == "ok" or (res.outcome == "refused" and res.expected) else 1
+        return fuzz(args.n, args.seed, args.features, args.keep, args.timeout, args.verbose,
+                    args.start, args.jobs, args.opt)
     if args.command == "cache":
         return cache_command(args.action)
     if args.command == "bench":

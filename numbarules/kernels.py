@@ -20,6 +20,7 @@ import numpy as np
 
 from . import cache, numba_glue, registry, rules
 from .ad import analysis, closures, codegen, frontend, ir, runtime, tangents
+from .primitives import arrays
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
                      TangentShapeError, UnsupportedSyntaxError)
@@ -565,6 +566,8 @@ def _returned_views(call, types):
         target, _ = target_for(call.func, argtypes)
     except Exception:       # noqa: BLE001 - dispatch errors are reported where the call is made
         return ()
+    if call.func in _VIEW_RESULTS:
+        return (0,)
     if isinstance(target, rules.Rule):
         return ()
     func = target.func if isinstance(target, Method) else target
@@ -576,6 +579,13 @@ def _returned_views(call, types):
 
 
 _VIEW_RETURNS = weakref.WeakKeyDictionary()    # function -> {argument types: positions}
+
+#: Library functions whose result may share memory with their first argument (in Numba as in
+#: NumPy): a write into it changes the argument too.
+_VIEW_RESULTS = {np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.flipud,
+                 np.fliplr, np.asarray, np.ascontiguousarray, np.asfortranarray, np.squeeze,
+                 np.swapaxes, np.moveaxis, np.broadcast_to, np.diagonal, np.flip, np.rot90,
+                 arrays.new_axis}
 
 
 def _views_returned_by(func, argtypes):

@@ -784,3 +784,126 @@ def test_views_in_branches():
                                fd(view_after_early_return, (M, 3), 0), atol=1e-7)
     with pytest.raises(nr.UnsupportedSyntaxError, match="reshape or ravel.*inside a branch"):
         nr.grad(reshape_in_branch)(M, 1.0)
+
+
+# --- found by the fuzzer -------------------------------------------------------------------------
+
+def inner_value_read_after(v, x):
+    s = 0.0
+    for k in range(2):
+        for j in range(2):
+            t = v[j]
+        s += t * x
+    return s
+
+
+def square(v):
+    return v * v
+
+
+def dead_branch_with_a_call(x):
+    s = 1.0
+    t = x * 2.0
+    if False:
+        for i in range(3):
+            if s >= 1.0:
+                t = x
+            else:
+                s = s * square(t)
+    return s * t
+
+
+def ruled_in_a_dead_loop(x):
+    s = x
+    if 3 < 2:
+        for i in range(2):
+            s += softplus(x)
+    return s
+
+
+@nr.struct
+class Pair:
+    a: nr.Float64
+    b: nr.Float64
+
+
+@nr.struct
+class Holder:
+    p: Pair
+    c: nr.Float64
+
+
+def first_of(p):
+    return p.a * 2.0 + p.b
+
+
+def part_read_in_a_loop(q, x):
+    s = 0.0
+    for i in range(2):
+        if x > 10.0:
+            return first_of(q.p) + s
+        s += x * q.c
+    return s
+
+
+def test_programs_the_fuzzer_found():
+    v = np.array([1.0, 2.0])
+    g = nr.grad(inner_value_read_after, (0, 1))(v, 3.0)
+    np.testing.assert_allclose(g[0], [0.0, 6.0])
+    assert g[1] == 4.0
+    assert nr.pullback(inner_value_read_after, v, 3.0)[1](1.0)[1] == 4.0
+    assert nr.grad(dead_branch_with_a_call)(1.5) == 2.0
+    assert nr.grad(ruled_in_a_dead_loop)(1.5) == 1.0
+    q = Holder(Pair(1.0, 2.0), 3.0)
+    t, dx = nr.grad(part_read_in_a_loop, (0, 1))(q, 11.0)
+    assert (t.p.a, t.p.b, t.c, dx) == (2.0, 1.0, 0.0, 0.0)
+    t, dx = nr.grad(part_read_in_a_loop, (0, 1))(q, 1.0)
+    assert (t.p.a, t.p.b, t.c, dx) == (0.0, 0.0, 2.0, 6.0)
+
+
+# --- views in loops, library views, infinities ----------------------------------------------------
+
+def copy_rows(M):
+    h = np.zeros((2, 3))
+    for t in range(2):
+        h[t] = M[t]
+        h[t, 0] = M[t, 1] * 2.0
+    return np.sum(h * h)
+
+
+def row_reads(M):
+    s = 0.0
+    for i in range(M.shape[0]):
+        r = M[i]
+        s += r[0] * r[1] + r[2]
+    return s
+
+
+def sliding_window(x, n):
+    s = 0.0
+    for i in range(n):
+        w = x[i:i + 2]
+        s += w[0] * w[1]
+    return s
+
+
+def writes_into_expand_dims(x):
+    y = x * 1.0
+    z = np.expand_dims(y, 0)
+    z[0, 0] = 5.0
+    return np.sum(y * y)
+
+
+def clipped_at_infinity(x):
+    return np.sum(np.minimum(x, np.inf)) + np.sum(np.maximum(x, -np.inf))
+
+
+def test_views_taken_in_loops():
+    M = np.arange(6.0).reshape(2, 3) / 3.0
+    for f, args in ((copy_rows, (M,)), (row_reads, (M,)), (sliding_window, (np.arange(5.0), 3))):
+        expected = fd(f, args, 0)
+        np.testing.assert_allclose(nr.grad(f)(*args), expected, atol=1e-7)
+        np.testing.assert_allclose(nr.pullback(f, *args)[1](1.0)[0], expected, atol=1e-7)
+    with pytest.raises(nr.UnsupportedSyntaxError, match="writing into 'z'.*expand_dims"):
+        nr.grad(writes_into_expand_dims)(np.ones(3))
+    np.testing.assert_array_equal(nr.grad(clipped_at_infinity)(np.ones(2)), [2.0, 2.0])

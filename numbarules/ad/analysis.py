@@ -97,6 +97,8 @@ class Plan:
     reverse_relevant: frozenset  # id() of statements the reverse pass must visit
     views: dict = None         # array variable -> the Assign that made it a view of another
     quotients: frozenset = frozenset()  # id() of scalar divisions whose adjoint reads the quotient
+    loop_views: dict = None    # view variable taken in a loop -> the loop id whose reverse
+                               # iterations bind its adjoint (see _loop_views)
 
 
 def plan(fn, types, mask, classify):
@@ -114,9 +116,11 @@ def plan(fn, types, mask, classify):
     view_of = views(fn, types)
     alias = _alias_classes(stmts, types, view_of)
     active = _activity(fn, stmts, types, mask, alias)
-    _check_views(fn, stmts, types, active, alias, view_of, in_loop)
+    recompute = _recomputable(fn.body, sites, types)
+    loop_views = _loop_views(fn, types, active, view_of, recompute)
+    _check_views(fn, stmts, types, active, alias, view_of, in_loop, loop_views)
     _check_array_methods(fn, stmts, types, active)
-    _check_arrays(fn, stmts, types, active, sites, in_loop)
+    _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views)
     calls = {}
     for s in stmts:
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and s.target in active:
@@ -131,7 +135,6 @@ def plan(fn, types, mask, classify):
                           and s.target in active and _divides_by_active(s.expr, active)
                           and isinstance(types.get(s.target), nbt.Float))
     result_reads |= {s.target for s in stmts if isinstance(s, ir.Assign) and id(s.expr) in quotients}
-    recompute = _recomputable(fn.body, sites, types)
     tests = set()
     while True:
         needed = _needed(stmts, active, recompute, callee_reads, tests | result_reads, quotients)
@@ -148,7 +151,8 @@ def plan(fn, types, mask, classify):
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
                 {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant),
-                {v: s for v, s in view_of.items() if v in active}, quotients)
+                {v: s for v, s in view_of.items() if v in active}, quotients,
+                {v: lp for v, lp in loop_views.items() if v in active})
 
 
 def _target(s):
@@ -329,7 +333,7 @@ def part_of(expr, types):
     return base.id if isinstance(base, ir.Name) and is_aggregate(types.get(base.id)) else None
 
 
-def _check_arrays(fn, stmts, types, active, sites, in_loop):
+def _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views):
     for v in active:
         if not holds_arrays(types.get(v)):
             continue
@@ -362,6 +366,8 @@ def _check_arrays(fn, stmts, types, active, sites, in_loop):
         if ss and all(part_of(s.expr, types) is not None and not isinstance(s.expr, ir.Atom)
                       for s in ss) and len({ir.expr_src(s.expr) for s in ss}) == 1:
             continue      # one field of one aggregate: the same array every time, an alias
+        if v in loop_views and len(ss) == 1:
+            continue      # a view bound afresh in each reverse iteration of its loop
         if v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss):
             line = ss[-1].line if ss else fn.firstline
             raise UnsupportedSyntaxError(
@@ -371,7 +377,45 @@ def _check_arrays(fn, stmts, types, active, sites, in_loop):
                 f"and update its elements in place (x[i] = ...).")
 
 
-def _check_views(fn, stmts, types, active, alias, view_of, in_loop):
+def _loop_views(fn, types, active, view_of, recompute):
+    """Views taken inside a loop whose adjoint can be bound afresh at the start of each of that
+    loop's reverse iterations: v -> the id of the innermost loop holding the view.
+
+    The same view of the base's adjoint is taken then (``d_r = d_M[t]`` for ``r = M[t]``), so
+    its index must have the value it had in that iteration: the loop's variable, a constant, a
+    value the loop does not change, or one the reverse pass recomputes at the start of each
+    iteration. The view itself is recomputed there too (the loop never rebinds its base).
+    """
+    out = {}
+    for loop in ir.walk(fn.body):
+        if not isinstance(loop, (ir.For, ir.While)):
+            continue
+        body = loop.body + (loop.cond if isinstance(loop, ir.While) else ())
+        inner = set()         # statements of nested loops: their views belong to those loops
+        for lp in ir.walk(body):
+            if isinstance(lp, (ir.For, ir.While)):
+                inner |= {id(x) for x in ir.walk(lp.body + (
+                    lp.cond if isinstance(lp, ir.While) else ()))}
+        assigned = {x.target for x in ir.walk(body) if isinstance(x, ir.Assign)}
+        assigned |= {x.var for x in ir.walk(body) if isinstance(x, ir.For)}
+        again = {x.target for x in recompute.get(loop.id, ())}
+        for x in ir.walk(body):
+            if id(x) in inner or not isinstance(x, ir.Assign) or x.target not in view_of:
+                continue
+            e = x.expr
+            if isinstance(e, ir.MethodCall) and e.name != "transpose":
+                continue
+            base = view_base(e, types)
+            atoms = ir.index_atoms(e.index) if isinstance(e, ir.Index) else ()
+            if base in assigned or not all(
+                    isinstance(a, ir.Const) or a.id == getattr(loop, "var", None)
+                    or a.id not in assigned or a.id in again for a in atoms):
+                continue
+            out[x.target] = loop.id
+    return out
+
+
+def _check_views(fn, stmts, types, active, alias, view_of, in_loop, loop_views):
     """A differentiated view's adjoint is bound once, when the pullback starts, to the same view
     of its base's adjoint: the view is taken once, outside loops. In a branch, a slice or a
     transpose is fine (its bounds are pinned temporaries, zero where the branch did not run and
@@ -379,7 +423,7 @@ def _check_views(fn, stmts, types, active, alias, view_of, in_loop):
     that did not run never set."""
     top = {id(s) for s in fn.body}
     for v, s in view_of.items():
-        if v not in active or id(s) in top:
+        if v not in active or id(s) in top or v in loop_views:
             continue
         if id(s) in in_loop or isinstance(s.expr, ir.MethodCall) and s.expr.name != "transpose":
             raise UnsupportedSyntaxError(
@@ -465,9 +509,11 @@ def _recomputable_in(loop, sites, types):
     chosen = []
     read_before = set()
     for s in body:
+        is_view = isinstance(s, ir.Assign) and isinstance(types.get(s.target), nbt.Array) \
+            and view_base(s.expr, types) is not None and view_base(s.expr, types) not in assigned
         if isinstance(s, ir.Assign) and len(sites.get(s.target, ())) == 1 \
-                and s.target not in read_before and _cheap(s.expr, written) \
-                and not isinstance(types.get(s.target), nbt.Array):
+                and s.target not in read_before and (is_view or _cheap(s.expr, written)) \
+                and (is_view or not isinstance(types.get(s.target), nbt.Array)):
             operands = _reads(s.expr)
             if all(n == loop_var or n not in assigned or n in ok for n in operands):
                 ok.add(s.target)

@@ -560,7 +560,7 @@ class _Gen:
                 src, k = self.sourced[v]
                 header.append(f"{d(v)} = {d(src)}" + ("" if k is None else f"[{k}]"))
             elif v is not None and is_float_array(self.types.get(v)) \
-                    and plan.alias_of.get(v, v) != v:
+                    and plan.alias_of.get(v, v) != v and v not in (plan.loop_views or {}):
                 header.append(f"{d(v)} = {self.adjoint_view(s, reads)}")
         header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
         return header
@@ -672,6 +672,7 @@ class _Gen:
             out.indent += 1
             # (What the reverse would recompute per iteration still holds its forward value.)
             self.block_fwd(loop.body, out, reserved=False)
+            self.bind_views(loop, out)
             self.block_rev(loop.body, out)
             out.indent -= 1
         else:
@@ -702,6 +703,7 @@ class _Gen:
                 self.fused_loop(s, out)
             else:
                 self.stmt_fwd(s, out, True)
+        self.bind_views(loop, out)
         for s in reversed(loop.body):
             if not isinstance(s, ir.For) and id(s) in self.plan.reverse_relevant:
                 self.stmt_rev(s, out)
@@ -811,13 +813,31 @@ class _Gen:
         out.indent -= 1
 
     def recompute(self, loop, out):
-        group = [s for s in self.plan.recompute.get(loop.id, ()) if s.target in self.plan.needed]
+        """At the start of a reverse iteration: re-execute what the plan recomputes, then bind
+        the adjoints of the views taken in this loop (``d_r = d_M[t]``) for this iteration."""
+        views = self.loop_views(loop)
+        indices = {a.id for v in views for a in v.expr.atoms() if isinstance(a, ir.Name)}
+        group = [s for s in self.plan.recompute.get(loop.id, ())
+                 if s.target in self.plan.needed or s.target in indices]
         for s in group:
             for a in s.expr.atoms():
                 if isinstance(a, ir.Name):
                     out.read(a.id)
             out.add(f"{s.target} = {ir.expr_src(s.expr)}")
             out.local[-1].add(s.target)
+        self.bind_views(loop, out)
+
+    def loop_views(self, loop):
+        """The view statements whose adjoints each reverse iteration of ``loop`` binds."""
+        mine = {v for v, k in (self.plan.loop_views or {}).items() if k == loop.id}
+        return [s for s in ir.walk(loop.body) if isinstance(s, ir.Assign) and s.target in mine]
+
+    def bind_views(self, loop, out):
+        for s in self.loop_views(loop):
+            reads = set()
+            out.add(f"{self.names.d(s.target)} = {self.adjoint_view(s, reads)}")
+            for name in reads:
+                out.read(name)
 
     def seed(self, s, out):
         """The adjoint flowing into ``s``'s target; reset it when the target is written again."""

@@ -25,7 +25,11 @@ class Const:
     value: Any
 
     def src(self):
-        return repr(self.value)
+        v = self.value
+        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            # repr gives the undefined names inf / nan; the generated namespace has math
+            return "_math.nan" if v != v else ("_math.inf" if v > 0 else "-_math.inf")
+        return repr(v)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,249 @@
+"""The AD fuzzer (numbarules/fuzz): random programs over the whole differentiable language, each
+checked as nr.grad, nr.pullback, nr.value_and_grad, central finite differences and the program
+run as Python. 200 programs of a fixed stream must all check out; the fuzzer must catch a wrong
+rule; the pool's own rules must be right (a wrong rule there would be blamed on the engine).
+
+The 200 programs compile several thousand Numba functions: they run in worker processes with
+NUMBA_OPT=0 (NUMBARULES_FUZZ_OPT overrides; NUMBARULES_FUZZ_JOBS runs workers in parallel).
+"""
+import math
+import os
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import numbarules as nr
+from numbarules import cli, fuzz
+from numbarules.fuzz import pool, runner
+
+SEED = 20261203
+N = 200
+TIMEOUT = 180.0
+OPT = int(os.environ.get("NUMBARULES_FUZZ_OPT", "0"))
+JOBS = int(os.environ.get("NUMBARULES_FUZZ_JOBS", "1"))
+
+
+# --- the generator ------------------------------------------------------------------------------
+
+CONSTRUCTS = {
+    "value from an inner loop read after it": 7, "row write h[t] = x[t]": 6,
+    "tuple indexed by a loop variable": 19, "view returned by a helper": 24,
+    "array swap a, b = b, a in a loop": 10, "constant condition": 16, "0.0 / x": 15,
+    "0.0 ** y": 18, "np.concatenate with a global array": 12, "recursion": 18,
+    "local recursion": 10, "break": 5, "continue": 3, "early return in a loop": 7,
+    "loop that runs zero times": 6, "while loop": 5, "generic function": 6,
+    "generic function, arrays": 9, "rrule function": 7, "njit helper": 7, "local helper": 3,
+    "struct built in code": 14, "nested struct to a plain helper": 9,
+    "unpacking a tuple argument": 14, "view .T": 5, "view reshape": 3, "view ravel": 4,
+    "view slice x[a:b]": 6, "row read A[i, :]": 4, "@ matvec": 2, "np.sum(axis=0)": 2,
+    "np.where": 2, "np.maximum": 2, "loop over an argument array": 3, "element write": 13,
+    "local 2-D array": 6, "scalar swap a, b = b, a": 14, "math": 19, "min/max": 9, "abs": 4,
+    "power": 14, "division": 11, "conditional expression": 4, "and/or/not": 10, "elif": 11,
+}
+
+
+def test_generation_is_deterministic_and_covers_every_feature():
+    a = [fuzz.generate(SEED, i) for i in range(N)]
+    b = [fuzz.generate(SEED, i) for i in range(N)]
+    assert [p.source for p in a] == [p.source for p in b]
+    assert [p.args_source(2) for p in a[:20]] == [p.args_source(2) for p in b[:20]]
+    drawn = Counter(f for p in a for f in p.features)
+    assert set(drawn) == set(fuzz.FEATURES), set(fuzz.FEATURES) - set(drawn)
+    assert min(drawn.values()) >= 30, drawn     # every feature group, many times
+    used = Counter(u for p in a for u in p.used)
+    # at least about half of what this stream holds today: a guard against a generator change
+    # that quietly stops producing a construct
+    for construct, least in CONSTRUCTS.items():
+        assert used[construct] >= least, (construct, used[construct])
+    sizes = [len(re.findall(r"^ {4}\S", p.source.split("def f(")[1], re.M)) for p in a]
+    assert 4 <= min(sizes) and max(sizes) <= 40, (min(sizes), max(sizes))
+    layouts = Counter(arg.layout for p in a for arg in p.args_spec if arg.kind in ("v", "m"))
+    assert {"C", "F", "T", "S", "R"} <= set(layouts), layouts
+    kinds = Counter(arg.cls or arg.kind for p in a for arg in p.args_spec)
+    assert {"Params", "Pair", "Nest", "Nest2", "tf", "th", "ta", "i"} <= set(kinds), kinds
+
+
+def test_a_program_is_a_standalone_reproducer():
+    p = fuzz.generate(SEED, 3)
+    ns = {"__name__": "not_main"}
+    exec(compile(p.repro(1), "<repro>", "exec"), ns)      # noqa: S102 - our own generated code
+    args = eval(p.args_source(1), dict(ns, **vars(pool)))  # noqa: S307
+    y = ns["f"](*args)
+    assert math.isfinite(y)
+    again = p.args(1)
+    assert runner.leaves(args) == runner.leaves(again)
+    assert all(runner.get_leaf(args, q) == runner.get_leaf(again, q) for q in runner.leaves(args))
+
+
+def test_features_restrict_the_programs():
+    for f in fuzz.FEATURES:
+        p = fuzz.generate(SEED, 7, [f])
+        assert p.features == (f,)
+    p = fuzz.generate(SEED, 7, ["tuple_loop"])
+    assert "tuple indexed by a loop variable" in p.used
+    with pytest.raises(ValueError, match="unknown fuzz features"):
+        fuzz.generate(SEED, 0, ["no-such-feature"])
+
+
+def test_reduction_edits_delete_and_unwrap_statements():
+    import ast
+
+    from numbarules.fuzz import reduce
+    src = ("def f(x):\n    s = 0.0\n    if x > 0.0:\n        s += x\n    else:\n"
+           "        s -= x\n        s *= 2.0\n    return s\n")
+    f = ast.parse(src).body[0]
+    paths = reduce._paths(f.body)
+    assert paths == [(0,), (1,), (1, "body", 0), (1, "orelse", 0), (1, "orelse", 1), (2,)]
+    g = ast.parse(src).body[0]
+    assert reduce._edit(g, (1,), "orelse")
+    assert ast.unparse(g).splitlines()[2:] == ["    s -= x", "    s *= 2.0", "    return s"]
+    g = ast.parse(src).body[0]
+    assert reduce._edit(g, (1, "body", 0), "delete")
+    assert "pass" in ast.unparse(g)
+    assert not reduce._edit(ast.parse(src).body[0], (2,), "delete")    # the final return stays
+    assert not reduce._edit(ast.parse(src).body[0], (0,), "body")      # not an if
+
+
+# --- the finite differences ---------------------------------------------------------------------
+
+def _kinked(x, v):
+    return abs(x - 0.25) + max(v[0], v[1]) * x
+
+
+def _smooth(x, v):
+    return math.sin(x) * v[0] + v[1] * v[1]
+
+
+def test_finite_differences_see_kinks_and_leave_them_out():
+    v = np.array([0.5, 0.5])
+    fd = runner.finite_differences(_kinked, (0.25, v), (0, 1), files=set())
+    assert (0, ()) in [(i, p) for i, p in fd.unstable]          # |x - 0.25| at x = 0.25
+    assert {(1, (("e", 0),)), (1, (("e", 1),))} <= set(fd.unstable)   # the max tie
+    fd = runner.finite_differences(_smooth, (0.3, v), (0, 1), files=set())
+    assert not fd.unstable
+    assert fd.grads[(0, ())] == pytest.approx(math.cos(0.3) * 0.5, rel=1e-9)
+    assert fd.grads[(1, (("e", 1),))] == pytest.approx(1.0, rel=1e-9)
+
+
+def test_finite_differences_perturb_every_layout():
+    M = np.arange(6.0).reshape(2, 3)
+    for kind in pool.LAYOUTS:
+        A = pool.layout(M, kind)
+        np.testing.assert_array_equal(A, M)
+        fd = runner.finite_differences(lambda A: float(np.sum(A * A)), (A,), (0,), files=set())
+        g = np.array([fd.grads[(0, (("e", k),))] for k in range(6)]).reshape(2, 3)
+        np.testing.assert_allclose(g, 2 * M, rtol=1e-8, atol=1e-8)
+
+
+# --- the pool's rules are right -----------------------------------------------------------------
+
+@pytest.mark.parametrize("f, args", pool.RULE_CHECKS,
+                         ids=[getattr(f, "__name__", str(f)) for f, _ in pool.RULE_CHECKS])
+def test_pool_rules_are_correct(f, args):
+    nr.testing.check_rrule(f, *args)
+    diff = tuple(i for i, a in enumerate(args) if runner.leaves(a))
+    fd = runner.finite_differences(f, args, diff, files=set())
+    assert not fd.unstable
+    y, pb = nr.pullback(f, *args)
+    tangents = pb(1.0)
+    assert y == pytest.approx(fd.value, rel=1e-12)
+    for (i, path), ref in fd.grads.items():
+        assert runner.get_leaf(tangents[i], path) == pytest.approx(ref, rel=1e-6, abs=1e-8), \
+            (f, i, path)
+
+
+# --- the fuzzer catches a wrong rule -------------------------------------------------------------
+
+def _bad_sin(x):
+    return (1.5 * math.cos(x),)
+
+
+def _bad_cos(x):
+    return (-1.5 * math.sin(x),)
+
+
+def _bad_tanh(x, y):
+    return (1.5 * (1.0 - y * y),)
+
+
+def _bad_exp(x, y):
+    return (1.5 * y,)
+
+
+def break_scalar_rules():
+    """Called in the fuzz workers of the mutation test: sin, cos, tanh and exp get derivatives
+    1.5 times too large."""
+    nr.scalar_rule(math.sin)(_bad_sin)
+    nr.scalar_rule(math.cos)(_bad_cos)
+    nr.scalar_rule(math.tanh, uses_result=True)(_bad_tanh)
+    nr.scalar_rule(math.exp, uses_result=True)(_bad_exp)
+
+
+MUTATION_PROGRAMS = 8
+
+
+def test_the_fuzzer_catches_a_wrong_scalar_rule():
+    kw = dict(n=MUTATION_PROGRAMS, seed=SEED, features=["scalar"], timeout=TIMEOUT, opt=OPT)
+    honest = fuzz.run(**kw)
+    broken = fuzz.run(setup=f"{os.path.abspath(__file__)}:break_scalar_rules", **kw)
+    mutated = re.compile(r"math\.(sin|cos|tanh|exp)\(")
+    compared = [(h, b) for h, b in zip(honest.results, broken.results)
+                if h.outcome == "ok" and mutated.search(h.source)]
+    assert len(compared) >= 5, honest.report()
+    caught = [b for h, b in compared if b.outcome == "wrong"]
+    assert len(caught) >= len(compared) - 1, broken.report()
+    assert all("finite differences" in b.error for b in caught), broken.report()
+
+
+# --- hangs and crashes are reported, and the run goes on ----------------------------------------
+
+def hang_then_crash():
+    """Called in fuzz workers: program 0 hangs, program 1 kills its worker."""
+    import time
+
+    real = runner.check_program
+
+    def check(prog, directory=None):
+        if prog.index == 0:
+            time.sleep(3600)
+        if prog.index == 1:
+            os._exit(3)
+        return real(prog, directory)
+    runner.check_program = check
+
+
+def test_a_hang_and_a_dead_worker_are_internal_errors_and_the_run_goes_on():
+    s = fuzz.run(n=3, seed=SEED, features=["scalar"], timeout=30.0, opt=OPT,
+                 setup=f"{os.path.abspath(__file__)}:hang_then_crash")
+    hang, dead, fine = s.results
+    assert hang.outcome == "internal" and "hang" in hang.error, hang
+    assert dead.outcome == "internal" and "died (exit code 3)" in dead.error, dead
+    assert hang.source and dead.source      # the program is shown even though the worker died
+    assert fine.index == 2 and fine.outcome != "internal", fine
+
+
+# --- the fuzzer on the engine -------------------------------------------------------------------
+
+def test_200_programs_check_out():
+    s = fuzz.run(n=N, seed=SEED, timeout=TIMEOUT, opt=OPT, jobs=JOBS)
+    assert len(s.results) == N
+    refusals = "\n".join(f"  program {r.index}: [{r.refusal_class}"
+                         f"{', expected' if r.expected else ''}] {r.error.splitlines()[0]}"
+                         for r in s.results if r.outcome == "refused")
+    assert not s.failures, (s.report() + "\n\nrefusals:\n" + refusals)
+    assert s.invalid == 0 and s.skipped <= N // 50, s.table()
+    checked = sum(r.checked_coordinates for r in s.results)
+    assert checked >= 10 * N, s.table()     # the finite differences really compared something
+
+
+def test_cli_fuzz_reports_and_exits_nonzero_on_failure(capsys, tmp_path):
+    # one scalar program; the exit code follows the summary
+    rc = cli.main(["fuzz", "--n", "1", "--seed", str(SEED), "--features", "scalar",
+                   "--opt", str(OPT), "--keep", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "numbarules fuzz: seed" in out and "programs in" in out
+    assert rc == (1 if "failure classes" in out else 0)
+    assert list(tmp_path.glob("nrfuzz_*.py"))
+    assert cli.main(["fuzz", "--features", "nope"]) == 2
