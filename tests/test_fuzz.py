@@ -22,7 +22,7 @@ SEED = 20261203
 N = 200
 TIMEOUT = 180.0
 OPT = int(os.environ.get("NUMBARULES_FUZZ_OPT", "0"))
-JOBS = int(os.environ.get("NUMBARULES_FUZZ_JOBS", "1"))
+JOBS = int(os.environ.get("NUMBARULES_FUZZ_JOBS", str(min(2, os.cpu_count() or 1))))
 
 
 # --- the generator ------------------------------------------------------------------------------

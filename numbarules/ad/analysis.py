@@ -370,9 +370,12 @@ def _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views):
             continue      # a view bound afresh in each reverse iteration of its loop
         if v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss):
             line = ss[-1].line if ss else fn.firstline
+            temporary = v.startswith("_t") and v[2:].isdigit() and len(ss) == 1
+            what = ("a whole-array expression (an array temporary) evaluated inside a loop"
+                    if temporary else f"the array variable '{v}' bound more than once or "
+                                      f"inside a loop (a swap `a, b = b, a` included)")
             raise UnsupportedSyntaxError(
-                f"the array variable '{v}' is bound more than once or inside a loop\n"
-                f'  File "{fn.file}", line {line}, in {fn.name}\n'
+                f"{what}\n{where(fn, line)}\n"
                 f"Hint: bind each differentiated array to its own name once, outside loops, "
                 f"and update its elements in place (x[i] = ...).")
 

@@ -69,7 +69,8 @@ FEATURES = {
 REFUSAL_CLASSES = {
     "view in loop or branch": r"a view \([^)]*\) of a differentiated array taken inside a "
                               r"(branch|loop)",
-    "array rebound": r"the array variable '[^']*' is bound more than once or inside a loop",
+    "array rebound": r"the array variable '[^']*' bound more than once or inside a loop"
+                     r"|a whole-array expression \(an array temporary\) evaluated inside a loop",
     "argument write": r"writing into the argument array",
     "write through a returned view": r"which shares memory with the array .* returned",
     "struct built in loop or branch": r"building the struct .* inside a branch or loop"
