@@ -325,7 +325,7 @@ def test_a_rule_tangent_of_the_wrong_shape_is_an_error_not_a_broadcast():
 
     def caller(A):
         return my_sum(A) * 2.0
-    with pytest.raises(nr.TangentShapeError, match="tangent 0 has another shape than the argument: shape \(1, 3\), expected \(2, 3\)"):
+    with pytest.raises(nr.TangentShapeError, match=r"tangent 0 has another shape than the argument: shape \(1, 3\), expected \(2, 3\)"):
         nr.grad(caller)(A)
 
 
