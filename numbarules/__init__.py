@@ -9,6 +9,7 @@ from .lattice import (Any, Number, Real, AbstractFloat, Integer, Signed, Float64
 from .structs import struct, Tangent
 from .dispatch import GenericFunction, Method, generic, which
 from .cache import jit, cache_info, clear_cache
+from .profile import compile_stats, CompileStats
 from .rules import rrule, scalar_rule, opt_out, non_differentiable, rule_for
 from . import primitives  # noqa: F401 - registers the built-in rules
 from .api import grad, value_and_grad, pullback, code, ad_stats, explain
@@ -24,7 +25,7 @@ __all__ = [
     "Any", "Number", "Real", "AbstractFloat", "Integer", "Signed", "Float64", "Float32", "Int64",
     "Int32", "Bool", "AbstractArray", "AbstractVector", "AbstractMatrix", "Array", "Vector",
     "Matrix", "typeof", "issubtype", "struct", "Tangent", "GenericFunction", "Method", "generic",
-    "which", "jit", "cache_info", "clear_cache", "scalar_rule", "rrule", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
+    "which", "jit", "cache_info", "clear_cache", "compile_stats", "CompileStats", "scalar_rule", "rrule", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
     "pullback", "code", "ad_stats", "explain", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError", "TangentShapeError",

@@ -56,7 +56,7 @@ class Gradient:
 
     def _install(self):
         """Make calls from Python jump into the compiled entry for ``f``'s arities now."""
-        cache.install_entry(self, _arities(self.f), lambda a: None)
+        cache.install_entry(self, _arities(self.f), lambda a: None, Gradient._resolve_entry)
         type(self).__call__ = staticmethod(_entry(self, type(self).__call__))
 
     @property
@@ -65,21 +65,27 @@ class Gradient:
             self._type = numba_glue.callable_type(self, 0, Gradient._resolve)
         return self._type
 
-    def _nr_node_for(self, argtypes):
-        entry = self._drivers.get(tuple(argtypes))
-        return cache.node_of(entry[0], argtypes) if entry else None
+    def _nr_node_for(self, argtypes, entry=False):
+        found = self._drivers.get((tuple(argtypes), entry))
+        return cache.node_of(found[0], argtypes) if found else None
 
-    def _resolve(self, context, argtypes):
+    def _resolve(self, context, argtypes, entry=False):
         try:
-            return self._driver(tuple(argtypes))
+            return self._driver(tuple(argtypes), entry)
         except (NumbarulesError, TypeError) as exc:
             numba_glue.pending_errors().append(exc)
             raise numba_glue.TypingError(str(exc)) from None
 
-    def _driver(self, argtypes):
-        entry = self._drivers.get(argtypes)
-        if entry is not None and entry[1].alive:
-            return entry[0]
+    def _resolve_entry(self, context, argtypes):
+        return self._resolve(context, argtypes, entry=True)
+
+    def _driver(self, argtypes, entry=False):
+        """The compiled driver at ``argtypes``. Compiled callers get one that links the vjp (a
+        fused vjp inlines into their loops); the Python entry one that calls the kernels by
+        their symbols, so that each kernel's machine code is generated once (cache.Unlinked)."""
+        found = self._drivers.get((argtypes, entry))
+        if found is not None and found[1].alive:
+            return found[0]
         nums = _argnums(self.argnums, len(argtypes))
         mask = tuple(i in nums for i in range(len(argtypes)))
         kernels.check_arguments(self.f, argtypes, mask)
@@ -87,20 +93,45 @@ class Gradient:
         spec = kernels.specialize(target, argtypes, mask, self.boundscheck)
         kernels.check_differentiable_output(spec)
         node = cache.engine_node(f"{self.__qualname__} driver", decisions, [spec.node],
-                                 lambda: self._drivers.pop(argtypes, None))
+                                 lambda: self._drivers.pop((argtypes, entry), None))
         params = ", ".join(f"a{i}" for i in range(len(argtypes)))
-        grads = (f"_r[{nums[0] + 1}]" if isinstance(self.argnums, int)
-                 else "(" + "".join(f"_r[{i + 1}], " for i in nums) + ")")
-        result = f"_r[0], {grads}" if self.with_value else grads
-        src = (f"def {self.__name__}({params}):\n"
-               f"    _r = _vjp({params}{', ' if params else ''}_seed)\n"
-               f"    return {result}\n")
-        ns = {"_vjp": spec.vjp, "_seed": _one(spec.return_type), "__name__": cache.GENERATED}
-        exec(compile(src, f"<numbarules {self.__qualname__}>", "exec"), ns)  # noqa: S102
+        sep = ", " if params else ""
+        ns = {"_seed": _one(spec.return_type), "__name__": cache.GENERATED}
+        k = spec.kernels
+        whole = entry and not isinstance(spec.target, rules.Rule) and bool(k.whole_body) and (
+            k.fused or k.vjp is k.whole)
+        if whole:
+            # The gradient in one kernel: the vjp's forward and reverse with the seed and the
+            # outputs of this gradient object; no other kernel of f is compiled for the call.
+            params = ", ".join(spec.fn.params)
+            ns = dict(spec.ns, _seed=ns["_seed"])
+            body = ("    _dout = _seed\n" + "".join(line + "\n" for line in k.whole_body))
+            value, grad = k.whole_value, lambda i: k.whole_tangents[i]
+        elif entry and not isinstance(spec.target, rules.Rule) and not k.fused \
+                and k.vjp is not k.whole:
+            # The forward and the pullback called directly: the vjp is not compiled at all.
+            ns.update(_fwd=cache.Unlinked.of_dispatcher(spec.fwd),
+                      _bwd=cache.Unlinked.of_dispatcher(spec.bwd))
+            body = (f"    _y, _res = _fwd({params})\n"
+                    f"    _d = _bwd(_res, _seed)\n")
+            value, grad = "_y", lambda i: f"_d[{i}]"
+        else:
+            ns["_vjp"] = cache.Unlinked.of_dispatcher(spec.vjp) if entry else spec.vjp
+            body = f"    _r = _vjp({params}{sep}_seed)\n"
+            value, grad = "_r[0]", lambda i: f"_r[{i + 1}]"
+        grads = (grad(nums[0]) if isinstance(self.argnums, int)
+                 else "(" + "".join(f"{grad(i)}, " for i in nums) + ")")
+        result = f"{value}, {grads}" if self.with_value else grads
+        src = f"def {self.__name__}({params}):\n{body}    return {result}\n"
+        if whole:
+            src = src.replace("\n", f"\n    # {self.__qualname__}: the forward and reverse of "
+                              f"{spec.fn.name} ({spec.fn.file}:{spec.fn.firstline}) in one "
+                              f"function\n", 1)
+        kernels._exec(src, ns, self.__qualname__)
         disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,),
                            options={"boundscheck": True} if self.boundscheck else None,
-                           persist=("driver", self))
-        self._drivers[argtypes] = (disp, node)
+                           persist=None if entry else ("driver", self), python=False)
+        self._drivers[(argtypes, entry)] = (disp, node)
         return disp
 
 

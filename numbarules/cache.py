@@ -30,12 +30,10 @@ Truth table for one recorded decision (f, T -> d) after a change to f's methods 
 import collections
 import dis
 import inspect
-import os
-import sys
 import warnings
 import weakref
 
-from . import diskcache, dispatch, numba_glue, registry, rules
+from . import diskcache, dispatch, numba_glue, profile, registry, rules
 from .dispatch import GenericFunction
 from .errors import CompilationError, DispatchError, RuleError
 from .lattice import fmt_sig, from_numba, source_location, typeof
@@ -94,14 +92,25 @@ _by_owner = weakref.WeakKeyDictionary()       # generic function or nr.jit dispa
 
 # --- recording ----------------------------------------------------------------------------------
 
-def owned(py_func, label, owner=None, options=None, depends=(), local_types=None, persist=None):
+def owned(py_func, label, owner=None, options=None, depends=(), local_types=None, persist=None,
+          python=True, cfunc=False):
     """A dispatcher whose every compile records its decisions, counted for ``owner``.
 
     ``depends``: engine nodes every compile of it relies on (the AD kernels it was generated
     from); dropping one of them drops this dispatcher's compiled code too. ``persist``: what
     identifies its code across processes (see ``diskcache``); with it, compiles are stored on
     disk and loaded from there when every decision they relied on still comes out the same.
+
+    Numba gives every compiled function two wrappers, each more machine code to generate: a C
+    ABI one (for first-class function values: made for users' ``nr.jit`` functions only,
+    ``cfunc=True``) and a CPython one (made unless ``python=False``: code only compiled code
+    calls).
     """
+    options = dict(options or {})
+    if not cfunc:
+        options["no_cfunc_wrapper"] = True
+    if not python:
+        options["no_cpython_wrapper"] = True
     box = []
     disp = numba_glue.make_dispatcher(
         py_func, lambda args, calls: _record(box[0], label, owner or box[0], args, calls, depends),
@@ -275,7 +284,7 @@ class _DiskSlot:
                         _decide(node, *decision)
                     _counts["disk_hits"] += 1
                     return cres
-        _progress(f"compiling {self.label} {fmt_sig(tuple(from_numba(a) for a in argtypes))}")
+        profile.progress(f"compiling {self.label} {profile.readable_signature(argtypes)}")
         return None
 
     def save_overload(self, sig, cres):
@@ -338,15 +347,6 @@ def _still_valid(meta, adopted):
             return False
         adopted.append((f, sig, kind, outcome, argtypes))
     return True
-
-
-def _progress(line):
-    """Progress on a terminal (compiles take seconds); silent when stderr is not one."""
-    if os.environ.get("NUMBARULES_PROGRESS", "auto") == "0":
-        return
-    stream = sys.stderr
-    if os.environ.get("NUMBARULES_PROGRESS") == "1" or (hasattr(stream, "isatty") and stream.isatty()):
-        print(f"numbarules: {line}", file=stream, flush=True)
 
 
 # --- the backend the dispatch module calls --------------------------------------------------
@@ -446,16 +446,53 @@ def _compile_error(func, what, argtypes, exc):
 # --- calls from Python ---------------------------------------------------------------------------
 
 def _install_trampoline(f):
-    install_entry(f, f.arities(), lambda args: f.resolve(tuple(typeof(a) for a in args)))
+    install_entry(f, f.arities(), lambda args: f.resolve(tuple(typeof(a) for a in args)),
+                  _resolve_call)
 
 
-def install_entry(owner, arities, check):
+class Unlinked:
+    """``target`` as generated code calls it when the call runs once per call from Python: a
+    jump to the callee's symbol, its machine code not linked into (and compiled again in) the
+    caller's (``numba_glue.callable_type(..., unlinked=True)``).
+
+    ``resolve(target, context, argtypes)``: the dispatcher to call; ``node_for(target,
+    argtypes)``: its node, the caller's backedge. A generic function is recorded as itself (its
+    method decisions are the caller's too).
+    """
+
+    def __init__(self, target, resolve, node_for=None):
+        self.target = target
+        self.__name__ = getattr(target, "__name__", "f")
+        self._nr_resolve = resolve
+        self._nr_node = node_for or (lambda t, argtypes: _node(t, argtypes))
+        if isinstance(target, GenericFunction):
+            self._nr_record_as = target
+        self._numba_type_ = numba_glue.callable_type(self, 0, Unlinked._resolve, unlinked=True)
+
+    @staticmethod
+    def _resolve(self, context, argtypes):
+        return self._nr_resolve(self.target, context, argtypes)
+
+    def _nr_node_for(self, argtypes):
+        return self._nr_node(self.target, tuple(argtypes))
+
+    def _nr_fingerprint(self):
+        return ("unlinked", self.target)
+
+    @staticmethod
+    def of_dispatcher(disp):
+        return Unlinked(disp, lambda d, context, argtypes: d)
+
+
+def install_entry(owner, arities, check, resolve):
     """Make ``owner(...)`` a direct call of an njit dispatcher whose body calls ``owner``.
 
     Numba's C dispatcher then does the type lookup and the jump, so a call costs about what a
     call of an ``@njit`` function costs. A single arity gets fixed parameters (a ``*args``
     signature costs ~70 ns more per call in Numba's argument folding). ``check(args)`` runs on
     the first call with new types, before compiling: it raises our own errors (NoMethodError).
+    The entry calls ``owner`` unlinked (``Unlinked``), through ``resolve(owner, context,
+    argtypes)`` and ``owner._nr_node_for``.
     """
     old = owner.__dict__.get("_nr_trampoline")
     if old is not None:
@@ -466,8 +503,11 @@ def install_entry(owner, arities, check):
     else:
         src = f"def {owner.__name__}(*args):\n    return _f(*args)\n"
     ns = {}
+    callee = Unlinked(owner, resolve,
+                      None if isinstance(owner, GenericFunction) else
+                      lambda o, argtypes: o._nr_node_for(argtypes, entry=True))
     exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"),
-         {"_f": owner, "__name__": GENERATED}, ns)  # noqa: S102
+         {"_f": callee, "__name__": GENERATED}, ns)  # noqa: S102
     tramp = owned(ns[owner.__name__], f"{owner.__qualname__} (entry)", owner,
                   persist=("entry", owner, tuple(arities)))
     tramp._nr_arities = arities
@@ -517,7 +557,7 @@ def jit(func=None, **options):
                          "and would load stale code (numbarules' own disk cache is keyed safely)")
     prepared, fill = _prepare_deferred(func)
     disp = owned(prepared, func.__qualname__, None, options,
-                 persist=("jit", func, sorted(options.items(), key=repr)))
+                 persist=("jit", func, sorted(options.items(), key=repr)), cfunc=True)
     # held by the function, before its callees are swapped in: they may call it back
     registry.table(func, "_nr_jit")[_options_key(options)] = disp
     fill()

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, numba_glue, registry, rules
+from . import cache, numba_glue, profile, registry, rules
 from .ad import analysis, closures, codegen, frontend, ir, runtime, tangents
 from .primitives import arrays
 from .dispatch import GenericFunction, Method
@@ -136,11 +136,14 @@ def specialize(target, argtypes, mask, bounds=False):
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
                                for t in tangent_types(argtypes, mask))
     spec.argtypes = tuple(argtypes)
+    what = repr(target) if isinstance(target, rules.Rule) else getattr(func, "__qualname__", name)
     try:
-        if isinstance(target, rules.Rule):
-            _build_rule(spec, argtypes, mask)
-        else:
-            _build(spec, argtypes, mask)
+        with profile.session(), profile.kernel(f"AD transform of {what}",
+                                               profile.readable_signature(argtypes)):
+            if isinstance(target, rules.Rule):
+                _build_rule(spec, argtypes, mask)
+            else:
+                _build(spec, argtypes, mask)
     except BaseException:
         spec.drop()
         raise
@@ -148,12 +151,14 @@ def specialize(target, argtypes, mask, bounds=False):
 
 
 def _build(spec, argtypes, mask):
-    fn, refs = frontend.normalize(spec.func)
-    ns = _namespace(refs)
-    types, rtype = _typed(spec, fn, ns, argtypes)
-    if numba_glue.is_optional_type(rtype):
-        fn = _no_value_errors(spec, fn, rtype, ns)
+    with profile.phase(profile.NORMALISE):
+        fn, refs = frontend.normalize(spec.func)
+        ns = _namespace(refs)
+    with profile.phase(profile.TYPE_PRIMAL):
         types, rtype = _typed(spec, fn, ns, argtypes)
+        if numba_glue.is_optional_type(rtype):
+            fn = _no_value_errors(spec, fn, rtype, ns)
+            types, rtype = _typed(spec, fn, ns, argtypes)
     spec.fn = fn
     types.update(dict(zip(fn.params, argtypes)))
     types.update(_global_operand_types(fn, ns, types))
@@ -165,17 +170,24 @@ def _build(spec, argtypes, mask):
 
     _refuse_argument_writes(fn, types)
     _refuse_writes_through_returned_views(spec, fn, types)
-    spec.plan = analysis.plan(fn, types, mask, classify)
-    spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
+    with profile.phase(profile.ANALYSE):
+        spec.plan = analysis.plan(fn, types, mask, classify)
+    with profile.phase(profile.GENERATE):
+        spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
     spec.node = cache.engine_node(f"AD {spec.name}", decisions, callees, spec.drop)
+    if spec.kernels.whole is not None and not getattr(spec, "recursive", False):
+        # One kernel for forward and reverse (see codegen.whole_vjp). Recursive functions keep
+        # the vjp that calls the two kernels: Numba types their recursion through it.
+        spec.kernels = dataclasses.replace(spec.kernels, vjp=spec.kernels.whole)
     k = spec.kernels
     ns.update(k.tangent_classes or {})
     spec.source = "\n".join((k.forward, k.pullback, k.vjp))
     _exec(spec.source, ns, f"kernels:{spec.name}")
+    spec.ns = ns
     label = spec.func.__qualname__
     # Declaring the tangents' type lets Numba type (mutually) recursive vjps without inferring
     # the pullback's return type through the recursion.
-    local_types = {} if k.fused else {
+    local_types = {} if k.fused or k.vjp is k.whole else {
         "vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
     # The forward keeps the primal's error semantics (ZeroDivisionError where it would raise);
     # the pullback divides by values the forward already divided by, so it skips the checks.
@@ -185,7 +197,8 @@ def _build(spec, argtypes, mask):
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})",
                                 options=_with_bounds(options[kind], spec.bounds),
                                 depends=(spec.node,), local_types=local_types.get(kind),
-                                persist=("ad", kind, spec.target, tuple(mask), spec.bounds))
+                                persist=("ad", kind, spec.target, tuple(mask), spec.bounds),
+                                python=kind != "vjp")
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
                                for t in tangent_types(argtypes, mask))
@@ -284,7 +297,8 @@ def _build_rule(spec, argtypes, mask):
         fwd_src, bwd_src = _generated_rule(rule, spec.name, argtypes, ns)
     spec.primal_source = fwd_src
     _exec(fwd_src + bwd_src, ns, f"rule:{spec.name}")
-    kinds = _check_rule_types(rule, spec.name, ns, argtypes)
+    with profile.phase(profile.CHECK_RULE):
+        kinds = _check_rule_types(rule, spec.name, ns, argtypes)
     spec.return_type = kinds[0]
     spec.tangent_kinds = kinds[1]
     spec.residual_type = kinds[2]
@@ -307,7 +321,8 @@ def _build_rule(spec, argtypes, mask):
         fname = f"{kind}_{spec.name}"
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,),
                                 options=_with_bounds({}, spec.bounds),
-                                persist=("rule", kind, rule, tuple(mask), spec.bounds))
+                                persist=("rule", kind, rule, tuple(mask), spec.bounds),
+                                python=kind != "vjp")
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.uses_rules = rule.kind == "rrule"
     spec.ready = True
@@ -467,6 +482,8 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         _bind(ns, callee)
     elif callee is not spec:
         callee.waiters.append(ns)     # mutual recursion: bound once the callee is built
+    if not callee.ready or getattr(callee, "recursive", False):
+        spec.recursive = True
     if callee.node is not None:
         callees.append(callee.node)
     mask = tuple(m and t is not None for m, t in zip(arg_mask, callee.tangent_kinds))

@@ -15,12 +15,14 @@ Three mechanisms live here (see docs/numba-internals.md for how each was found a
    (``drop_overload``), so invalidation never recompiles a signature that is still valid.
 """
 
+import contextlib
 import itertools
 import operator
 import threading
 import weakref
 
 from numba.core import cgutils, compiler, errors, funcdesc, ir, types, typing
+from numba.core import event as numba_event
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.extending import NativeValue, models, register_model, unbox
@@ -70,10 +72,7 @@ class CallableType(types.Function):
         # Found again each time from the dispatchers the template chose (held weakly), rather
         # than kept in the type's own table: an entry point holds the globals of the code it
         # runs, and the type lives as long as the process.
-        chosen = self.templates[0]._chosen.get(sig.args)
-        if chosen is None:
-            raise KeyError(sig.args)
-        return chosen if isinstance(chosen, _RecursiveKey) else chosen.get_overload(sig.args)
+        return self.templates[0]._impl_key(sig)
 
 
 class _NotKept(dict):
@@ -85,6 +84,7 @@ class _NotKept(dict):
 
 class _CallTemplate(AbstractTemplate):
     owner_ref = None  # a weak reference to the generic function or gradient object
+    unlinked = False  # calls jump to the callee's symbol instead of linking its code (see below)
     resolve = None    # resolve(owner, context, argtypes) -> a numba Dispatcher, or raise
     _chosen = None    # argtypes -> dispatcher (weakly), filled by generic(), read by get_impl_key()
 
@@ -142,9 +142,17 @@ class _CallTemplate(AbstractTemplate):
         return sig
 
     def get_impl_key(self, sig):
-        chosen = self._chosen[sig.args]
+        return self._impl_key(sig)
+
+    @classmethod
+    def _impl_key(cls, sig):
+        chosen = cls._chosen.get(sig.args)
+        if chosen is None:
+            raise KeyError(sig.args)
         if isinstance(chosen, _RecursiveKey):
             return chosen
+        if cls.unlinked:
+            return _unlinked_key(chosen, sig.args)
         return chosen.get_overload(sig.args)
 
 
@@ -169,15 +177,128 @@ class _RecursiveKey:
         return context.call_unresolved(builder, self.symbol, sig, args)
 
 
-def callable_type(owner, world, resolve):
+def callable_type(owner, world, resolve, unlinked=False):
     """A fresh Numba type for ``owner`` at ``world``; ``resolve(owner, context, argtypes)`` picks
-    the callee dispatcher (a function of the owner, not a closure over it: see CallableType)."""
+    the callee dispatcher (a function of the owner, not a closure over it: see CallableType).
+
+    ``unlinked``: lower calls as jumps to the callee's symbol (``_unlinked_key``) rather than
+    linking the callee's code into the caller's."""
     template = type(f"CallTemplate[{owner.__name__}@{world}]", (_CallTemplate,), {
-        "key": (type_token(owner), world), "owner_ref": weakref.ref(owner),
+        "key": (type_token(owner), world, bool(unlinked)), "owner_ref": weakref.ref(owner),
         "resolve": staticmethod(resolve), "_chosen": weakref.WeakValueDictionary(),
+        "unlinked": bool(unlinked),
     })
     return CallableType(template)
 
+
+# --- calls that do not link the callee ----------------------------------------------------------
+# Numba links a callee's optimised module into every caller's module, then optimises the whole
+# and generates machine code for all of it again: a gradient's entry, driver and vjp each
+# recompiled every kernel below them (docs/numba-internals.md, "What compiling costs"). Calls that
+# run once per gradient need no inlining, so they call the callee's machine code where it is:
+# the caller declares an external function ``nr.call.<symbol>`` and that name is registered with
+# LLVM's process symbol table (``llvmlite.binding.add_symbol``) at the address of the one live
+# copy of the callee, which MCJIT uses when it links the caller. The caller's code library keeps
+# the callee's alive (``_nr_callees``). Symbols carry Numba's per-compile unique id (randomised
+# per process, see ``_randomise_unique_ids``), so one symbol names one compiled artifact.
+#
+# On disk, a kernel with such calls is stored with the compiled code of everything it calls that
+# way (``serialize_result``), and loading it loads those first (``rebuild_result``), reusing a
+# copy this process already holds.
+
+_unlinked = {}      # symbol -> registered lowering key
+_live = weakref.WeakValueDictionary()   # symbol -> the code library that defines it, while alive
+
+
+class _UnlinkedKey:
+    def __init__(self, symbol, dispatcher, argtypes):
+        self.symbol = symbol
+        self.dispatcher = weakref.ref(dispatcher)
+        self.argtypes = tuple(argtypes)
+
+    def lower(self, context, builder, sig, args):
+        disp = self.dispatcher()
+        cres = None if disp is None else disp.overloads.get(self.argtypes)
+        if cres is None or cres.fndesc.mangled_name != self.symbol:
+            raise RuntimeError(f"numbarules: the compiled code of {self.symbol} is gone")
+        _register(self.symbol, cres.library)
+        keep = context.active_code_library.__dict__.setdefault("_nr_callees", {})
+        keep[self.symbol] = (cres.library, self.dispatcher, self.argtypes)
+        fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _alias(self.symbol))
+        status, res = context.call_conv.call_function(builder, fn, sig.return_type, sig.args,
+                                                      args)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return res
+
+
+def _alias(symbol):
+    return "nr.call." + symbol
+
+
+def _register(symbol, library):
+    """Point ``nr.call.<symbol>`` at ``library``'s definition of ``symbol``."""
+    from llvmlite import binding
+    if _live.get(symbol) is not library:
+        address = library.get_pointer_to_function(symbol)
+        if not address:
+            raise RuntimeError(f"numbarules: {symbol} is not defined by its code library")
+        binding.add_symbol(_alias(symbol), address)
+        _live[symbol] = library
+
+
+def _unlinked_key(dispatcher, argtypes):
+    symbol = dispatcher.overloads[tuple(argtypes)].fndesc.mangled_name
+    key = _unlinked.get(symbol)
+    if key is None or key.dispatcher() is not dispatcher:
+        if len(_unlinked) >= 2 * _unlinked_kept[0]:
+            # Forget the lowerings of callees whose dispatcher is gone (symbols are never reused).
+            defns = dispatcher.targetctx._defns
+            for name, old in list(_unlinked.items()):
+                if old.dispatcher() is None:
+                    del _unlinked[name]
+                    defns.pop(old, None)
+            _unlinked_kept[0] = max(64, len(_unlinked))
+        key = _unlinked[symbol] = _UnlinkedKey(symbol, dispatcher, argtypes)
+        dispatcher.targetctx.insert_func_defn([(key.lower, key, tuple(argtypes))])
+    return key
+
+
+_unlinked_kept = [64]
+
+
+def _callee_closure(cres):
+    """[(symbol, payload, [symbols it calls unlinked])] of everything ``cres`` calls unlinked,
+    transitively, callees first; None if one of them cannot be stored."""
+    out, seen = [], set()
+
+    def visit(library):
+        for symbol, (lib, disp_ref, argtypes) in getattr(library, "_nr_callees", {}).items():
+            if symbol in seen:
+                continue
+            seen.add(symbol)
+            visit(lib)
+            payload = getattr(lib, "_nr_payload", None)
+            if payload is None:
+                disp = disp_ref()
+                callee = None if disp is None else disp.overloads.get(argtypes)
+                if callee is None or callee.library is not lib:
+                    raise _NotStorable
+                payload = lib._nr_payload = _reduce(callee)
+                if payload is None:
+                    raise _NotStorable
+            out.append((symbol, payload, sorted(getattr(lib, "_nr_callees", {}))))
+
+    try:
+        visit(cres.library)
+    except _NotStorable:
+        return None
+    return out
+
+
+class _NotStorable(Exception):
+    pass
 
 _tokens = itertools.count(1)
 
@@ -277,7 +398,8 @@ class RecordCalls(FunctionPass):
                 if sig is None:
                     continue
                 if isinstance(fnty, CallableType):
-                    calls.append((fnty.owner, tuple(sig.args)))
+                    owner = fnty.owner
+                    calls.append((getattr(owner, "_nr_record_as", owner), tuple(sig.args)))
                 elif isinstance(fnty, types.Dispatcher):
                     calls.append((fnty.dispatcher, tuple(sig.args)))
         observer(tuple(state.args), calls)
@@ -317,7 +439,9 @@ class Dispatcher(CPUDispatcher):
     on_error = None
 
     def _compile_for_args(self, *args, **kws):
-        with LOCK:
+        from . import profile
+        label = getattr(getattr(self, "_cache", None), "label", None) or self.py_func.__qualname__
+        with LOCK, profile.session(label.removesuffix(" (entry)")):
             if self.before_compile is not None:
                 self.before_compile(self, args)
             try:
@@ -374,8 +498,10 @@ def being_typed(context, dispatcher, argtypes):
 
 def compile_for(dispatcher, argtypes):
     """Compile ``dispatcher`` for ``argtypes`` (a no-op if it already has them)."""
+    from . import profile
     try:
-        return dispatcher.compile(tuple(argtypes))
+        with profile.session():
+            return dispatcher.compile(tuple(argtypes))
     except NumbaError:
         forget_failures(dispatcher)
         raise
@@ -510,13 +636,22 @@ def survives_pickling(argtypes):
         return False
 
 
-def serialize_result(cres):
-    """The compiled code of ``cres`` as bytes, or None when Numba cannot cache it (code lifted to
-    object mode, dynamic globals such as addresses of Python objects)."""
+def _reduce(cres):
+    """``cres`` as bytes, or None when Numba cannot cache it (code lifted to object mode, dynamic
+    globals such as addresses of Python objects)."""
     if cres.objectmode or any(not x.can_cache for x in cres.lifted) or \
             cres.library.has_dynamic_globals:
         return None
     return serialize(cres._reduce())
+
+
+def serialize_result(cres):
+    """The compiled code of ``cres`` and of what it calls unlinked, as bytes; or None."""
+    own = _reduce(cres)
+    closure = _callee_closure(cres)
+    if own is None or closure is None:
+        return None
+    return serialize((own, closure))
 
 
 def rebuild_result(dispatcher, data):
@@ -527,4 +662,95 @@ def rebuild_result(dispatcher, data):
     # lowering registry (with SciPy's BLAS check, ~0.8 s); loading machine code needs none of it.
     from numba.core.runtime import rtsys
     rtsys.initialize(dispatcher.targetctx)
-    return compiler.CompileResult._rebuild(dispatcher.targetctx, *pickle.loads(data))
+    own, closure = pickle.loads(data)
+    libraries = {}
+    for symbol, payload, calls in closure:
+        lib = _live.get(symbol)
+        if lib is None:
+            lib = _rebuild(dispatcher, payload).library
+        lib._nr_callees = {c: (libraries[c], _dead, ()) for c in calls}
+        _register(symbol, lib)
+        libraries[symbol] = lib
+    cres = _rebuild(dispatcher, own)
+    cres.library._nr_callees = {symbol: (lib, _dead, ()) for symbol, lib in libraries.items()}
+    return cres
+
+
+def _dead():
+    """The dispatcher of a callee loaded from disk: none (the caller is already compiled)."""
+    return None
+
+
+def _rebuild(dispatcher, payload):
+    import pickle
+    cres = compiler.CompileResult._rebuild(dispatcher.targetctx, *pickle.loads(payload))
+    # Loading consumed the object code; keep the bytes, to store callers that call this unlinked.
+    cres.library._nr_payload = payload
+    return cres
+
+
+# --- 5. observing compiles (numbarules.profile) ---------------------------------------------------
+
+class _CompileListener(numba_event.Listener):
+    def __init__(self, on_start, on_end):
+        self.start, self.end = on_start, on_end
+
+    def on_start(self, event):
+        self.start("compile" if event.kind == "numba:compile" else "pass", event.data or {})
+
+    def on_end(self, event):
+        self.end("compile" if event.kind == "numba:compile" else "pass", event.data or {})
+
+
+@contextlib.contextmanager
+def observe_compiles(on_start, on_end):
+    """Call ``on_start(kind, data)`` / ``on_end(kind, data)`` for Numba's compile events while
+    inside: kind "compile" (a dispatcher compiles; data: dispatcher, args) or "pass" (a compiler
+    pass runs; data: name)."""
+    listener = _CompileListener(on_start, on_end)
+    numba_event.register("numba:compile", listener)
+    numba_event.register("numba:run_pass", listener)
+    try:
+        yield
+    finally:
+        numba_event.unregister("numba:run_pass", listener)
+        numba_event.unregister("numba:compile", listener)
+
+
+def library_size(dispatcher, argtypes):
+    """(functions turned into machine code, libraries linked in) for ``dispatcher`` compiled at
+    ``argtypes``: linked libraries are optimised and compiled to machine code again in it."""
+    try:
+        cres = dispatcher.overloads.get(tuple(argtypes))
+        lib = cres.library
+        module = lib._final_module
+        return (sum(1 for fn in module.functions if not fn.is_declaration),
+                len(set(lib._linking_libraries)))
+    except Exception:   # noqa: BLE001 - a profile must never break a compile
+        return 0, 0
+
+
+def readable_type(t, depth=0):
+    """A Numba type as a person reads it: ``float64[:, ::1]``, ``(int64, float64[:])``."""
+    if isinstance(t, types.Array):
+        dims = [":"] * t.ndim
+        if t.ndim and t.layout == "C":
+            dims[-1] = "::1"
+        elif t.ndim and t.layout == "F":
+            dims[0] = "::1"
+        return f"{t.dtype}[{', '.join(dims)}]" if t.ndim else f"{t.dtype}[()]"
+    if isinstance(t, types.BaseTuple):
+        items = list(t)
+        if depth >= 1 and len(items) > 2:
+            return f"({len(items)} values)"
+        shown = [readable_type(x, depth + 1) for x in items[:4]]
+        if len(items) > 4:
+            shown.append(f"... {len(items) - 4} more")
+        return "(" + ", ".join(shown) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(t, types.Omitted):
+        return "default"
+    cls = getattr(t, "instance_class", None) or getattr(t, "cls", None)
+    if isinstance(cls, type) and hasattr(cls, "_nr_fields"):
+        return cls.__name__
+    text = str(t)
+    return text if len(text) <= 48 else text[:45] + "..."

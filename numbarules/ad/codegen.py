@@ -55,6 +55,11 @@ class Kernels:
     tape_keys: tuple
     fused: bool = False        # the vjp runs forward and reverse in one pass (fused_vjp)
     tangent_classes: dict = None   # namespace names -> Tangent[S] classes the kernels build
+    whole: str = None          # not fused: the vjp as one function, the forward then the
+                               # pullback (``vjp`` calls the two kernels instead)
+    whole_body: tuple = ()     # its statements (lines), between the signature and the return
+    whole_tangents: tuple = () # the tangent it returns for each parameter ("None" or a name)
+    whole_value: str = "_y"    # the value it returns
 
 
 class _Names:
@@ -139,6 +144,7 @@ class _Gen:
             if isinstance(s, ir.Assign):
                 self.sites.setdefault(s.target, []).append(s)
         self.tapes = set()
+        self.whole_body, self.whole_tangents, self.whole_value = [], (), "_y"
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
         self.fusing = False
@@ -689,6 +695,8 @@ class _Gen:
         # Device code also reports a callee's tape overflow (see device_vjp); its own tapes
         # hold only pushes outside the loop, a number known here.
         need = "_need, " if self.device is not None else ""
+        self.whole_body, self.whole_tangents = list(out.lines[1:]), tuple(tangents)
+        self.whole_value = ret.src()
         out.add(f"return ({ret.src()}, {''.join(t + ', ' for t in tangents)}{need})")
         return (f"def vjp_{self.name}({params}{', ' if params else ''}_dout):\n"
                 + "\n".join(out.lines) + "\n")
@@ -1069,8 +1077,36 @@ class _Gen:
                f"    _y, _res = fwd_{self.name}({params})\n"
                f"    _d = bwd_{self.name}(_res, _dout)\n"
                f"    return (_y, {outs}{',' if len(self.fn.params) == 0 else ''})\n")
+        if fused is None:
+            whole = self.whole_vjp()
+            self.whole_tangents, self.whole_value = tuple(self.pullback_tangents), "_y"
+        else:
+            whole = None
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
-                       fused is not None, dict(self.tangent_classes))
+                       fused is not None, dict(self.tangent_classes), whole,
+                       tuple(self.whole_body), self.whole_tangents, self.whole_value)
+
+    def whole_vjp(self):
+        """The forward's statements, then the pullback's, in one function: one kernel to compile
+        instead of three (forward, pullback, the vjp calling them), and no residual tuple. The
+        residuals are the forward's own variables, still in scope when the reverse sweep starts;
+        the forward's one return (the normalised primal returns once, at the end) becomes
+        ``_y = ...``."""
+        fwd = list(self.forward_lines)
+        last = max(i for i, line in enumerate(fwd) if line.startswith("    return "))
+        value = fwd[last][len("    return "):].rsplit(", (", 1)[0]
+        fwd[last] = f"    _y = {value}"
+        params = ", ".join(self.fn.params)
+        tangents = self.pullback_tangents
+        lines = [f"def vjp_{self.name}({params}{', ' if params else ''}_dout):",
+                 f"    # forward and reverse of {self.fn.name} ({self.fn.file}:"
+                 f"{self.fn.firstline}) in one function"]
+        body = fwd[1:] if fwd and fwd[0].lstrip().startswith("# forward of") else fwd
+        body += self.pullback_lines
+        self.whole_body = body
+        lines += body
+        lines.append(f"    return (_y, {''.join(t + ', ' for t in tangents)})")
+        return "\n".join(lines) + "\n"
 
 
 def device_tape_demand(fn, plan):

@@ -1,4 +1,9 @@
-"""Small compiled helpers the generated kernels call: trip counts and tape growth."""
+"""Small compiled helpers the generated kernels call: trip counts and tape growth.
+
+Copies are written as loops, not slice assignments: Numba's slice assignment from an array
+compiles its shape-mismatch error message (f-strings over tuples) on first use in a process,
+which costs seconds (docs/numba-internals.md, "What compiling costs").
+"""
 
 import math
 
@@ -20,7 +25,8 @@ def _trip(start, stop, step):
 @numba.njit
 def _grow(buf):
     new = np.empty(2 * buf.shape[0] + 16, buf.dtype)
-    new[:buf.shape[0]] = buf
+    for i in range(buf.shape[0]):
+        new[i] = buf[i]
     return new
 
 
@@ -30,7 +36,8 @@ def _reserve(buf, used, more):
     if used + more <= buf.shape[0]:
         return buf
     new = np.empty(max(2 * buf.shape[0], used + more), buf.dtype)
-    new[:used] = buf[:used]
+    for i in range(used):
+        new[i] = buf[i]
     return new
 
 
@@ -39,7 +46,8 @@ def _push_view(buf, used, view):
     """``buf`` with the elements of ``view`` (any layout, C order) written after ``used``."""
     flat = view.ravel()
     buf = _reserve(buf, used, flat.size)
-    buf[used:used + flat.size] = flat
+    for i in range(flat.size):
+        buf[used + i] = flat[i]
     return buf
 
 

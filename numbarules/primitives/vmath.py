@@ -177,18 +177,21 @@ def _require_float_array_typing(x):
 def _elementwise(scalar, name):
     def apply(x):
         _require_float_array(x)
-        out = np.empty(x.shape, x.dtype)
-        flat = out.reshape(out.size)
-        # Two loops rather than one over a contiguous copy of x: a second large temporary
-        # per call made glibc hand its memory back and page-fault it in again (3x slower).
+        # No contiguous copy of x when it is C-contiguous: a second large temporary per call
+        # made glibc hand its memory back and page-fault it in again (3x slower). Otherwise the
+        # copy is the output, computed in place. One loop: ``scalar`` is inlined, and a second
+        # copy of it doubles the compile time. x.copy() rather than out[...] = x: slice
+        # assignment from an array compiles Numba's shape-mismatch message on first use, seconds
+        # per process.
         if x.flags.c_contiguous:
+            out = np.empty(x.shape, x.dtype)
             src = np.ascontiguousarray(x).ravel()  # a view: no copy for C-contiguous x
-            for i in range(flat.size):
-                flat[i] = scalar(src[i])
         else:
-            out[...] = x
-            for i in range(flat.size):
-                flat[i] = scalar(flat[i])
+            out = x.copy()
+            src = out.ravel()
+        flat = out.reshape(out.size)
+        for i in range(flat.size):
+            flat[i] = scalar(src[i])
         return out
 
     apply.__name__ = apply.__qualname__ = name
