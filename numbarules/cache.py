@@ -555,11 +555,18 @@ def jit(func=None, **options):
     if options.get("cache"):
         raise ValueError("nr.jit does not take cache=True: Numba's cache ignores dispatch decisions "
                          "and would load stale code (numbarules' own disk cache is keyed safely)")
+    return _jit(func, options, _options_key(options), internal=False)
+
+
+def _jit(func, options, key, internal):
+    """The nr.jit dispatcher of ``func``, held by ``func`` under ``key``. ``internal``: only
+    compiled code calls it (a helper our kernels call), so Numba makes no wrappers for it."""
     prepared, fill = _prepare_deferred(func)
     disp = owned(prepared, func.__qualname__, None, options,
-                 persist=("jit", func, sorted(options.items(), key=repr)), cfunc=True)
+                 persist=("jit", func, sorted(options.items(), key=repr), internal),
+                 python=not internal, cfunc=not internal)
     # held by the function, before its callees are swapped in: they may call it back
-    registry.table(func, "_nr_jit")[_options_key(options)] = disp
+    registry.table(func, "_nr_jit")[key] = disp
     fill()
 
     def before(d, args):
@@ -632,10 +639,14 @@ def _new_cell(value):
 
 
 def helper(func):
-    """The nr.jit version of a plain Python function (one per function, held by it)."""
+    """The compiled version of a plain Python function that compiled code calls (one per
+    function, held by it; not callable from Python)."""
     made = registry.table(func, "_nr_jit")
-    disp = made.get(_options_key({}))
-    return disp if disp is not None else jit(func)
+    disp = made.get(_HELPER)
+    return disp if disp is not None else _jit(func, {}, _HELPER, internal=True)
+
+
+_HELPER = ("helper",)
 
 
 def _options_key(options):

@@ -293,7 +293,10 @@ class _Gen:
             inits = [f"_tape_{k} = _cuda.local.array({self.device}, _np.{_TAPE_DTYPES[k]})"
                      for k in sorted(self.tapes)]
         else:
-            inits = [f"_tape_{k} = _np.empty(16, _np.{_TAPE_DTYPES[k]})"
+            # np.dtype(...) and np.intp(0), not np.float64 and 0: the same argument types as
+            # _reserve's own calls, so that Numba compiles np.empty and _reserve once per dtype
+            # (a class argument, or a literal 0, is another signature: another compile).
+            inits = [f"_tape_{k} = _np.empty(16, _np.dtype('{_TAPE_DTYPES[k]}'))"
                      for k in sorted(self.tapes)]
         # typed by the rule's residual type, not by the first append: Numba may prune the
         # branch holding the append
@@ -304,7 +307,8 @@ class _Gen:
             else:
                 self.tangent_classes[f"_T{name}"] = t
                 inits.append(f"{name} = _List.empty_list(_T{name})")
-        return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
+        zero = "0" if self.device is not None else "_np.intp(0)"
+        return inits + [f"_k_{k} = {zero}" for k in sorted(self.tapes)]
 
     def push(self, out, value, t, reserved, s=None):
         if self.fusing:
@@ -319,7 +323,7 @@ class _Gen:
             return
         if not reserved:
             out.add(f"if _k_{k} == _tape_{k}.shape[0]:")
-            out.add(f"    _tape_{k} = _grow(_tape_{k})")
+            out.add(f"    _tape_{k} = _reserve(_tape_{k}, _k_{k}, 1)")
         out.add(f"_tape_{k}[_k_{k}] = {value}")
         out.add(f"_k_{k} += 1")
 

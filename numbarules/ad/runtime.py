@@ -22,23 +22,29 @@ def _trip(start, stop, step):
     return max(0, (start - stop - step - 1) // (-step))
 
 
-@numba.njit
-def _grow(buf):
-    new = np.empty(2 * buf.shape[0] + 16, buf.dtype)
-    for i in range(buf.shape[0]):
-        new[i] = buf[i]
-    return new
-
-
-@numba.njit
 def _reserve(buf, used, more):
     """A tape with room for ``more`` pushes after ``used``: grows at most once per loop entry."""
     if used + more <= buf.shape[0]:
         return buf
     new = np.empty(max(2 * buf.shape[0], used + more), buf.dtype)
-    for i in range(used):
-        new[i] = buf[i]
+    new[:used] = buf[:used]
     return new
+
+
+# An overload, not an @njit function: Numba types an overload's arguments without their literal
+# values first (an @njit function called with a constant, `_reserve(t, k, 1)`, compiles once more
+# for Literal[int](1)), and compiles it without the CPython and C wrappers only Python callers
+# need. One compile per tape dtype.
+@overload(_reserve, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _reserve_impl(buf, used, more):
+    def impl(buf, used, more):
+        if used + more <= buf.shape[0]:
+            return buf
+        new = np.empty(max(2 * buf.shape[0], used + more), buf.dtype)
+        for i in range(used):
+            new[i] = buf[i]
+        return new
+    return impl
 
 
 @numba.njit
@@ -91,7 +97,7 @@ def no_value(message, fire):
     return 0.0
 
 
-HELPERS = {"_List": numba.typed.List, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_trip": _trip, "_grow": _grow, "_reserve": _reserve, "_iadd": _iadd,
+HELPERS = {"_List": numba.typed.List, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_trip": _trip, "_reserve": _reserve, "_iadd": _iadd,
            "_push_view": _push_view, "_np": np}
 
 
