@@ -846,6 +846,26 @@ def part_read_in_a_loop(q, x):
     return s
 
 
+def argument_updated_in_a_branch(x0):
+    s = 0.0
+    if 0.5 < x0:
+        s += 1.0
+    else:
+        x0 += -0.3
+    s += math.hypot(0.2, x0)
+    return s
+
+
+def test_an_argument_written_once_in_a_branch():
+    # Found by the fuzzer (seed 777, programs 10 and 32): the argument's own binding is a first
+    # write, so the write in the branch must reset its adjoint (it was counted twice).
+    for x in (-0.3, 0.9):
+        for g in (nr.grad(argument_updated_in_a_branch)(x),
+                  nr.pullback(argument_updated_in_a_branch, x)[1](1.0)[0]):
+            shifted = x if x > 0.5 else x - 0.3
+            assert g == pytest.approx(shifted / math.hypot(0.2, shifted), rel=1e-12)
+
+
 def test_programs_the_fuzzer_found():
     v = np.array([1.0, 2.0])
     g = nr.grad(inner_value_read_after, (0, 1))(v, 3.0)

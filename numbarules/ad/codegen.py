@@ -859,7 +859,9 @@ class _Gen:
         t = self.types.get(s.target)
         if is_float_array(t) or holds_arrays(t):
             return d         # bound once (their arrays are shared): their adjoints are never reset
-        if len(self.sites.get(s.target, ())) > 1 or id(s) in self.plan.in_loop:
+        # A parameter is written once before the body runs: a write in the body is its second.
+        writes = len(self.sites.get(s.target, ())) + (s.target in self.fn.params)
+        if writes > 1 or id(s) in self.plan.in_loop:
             out.add(f"_g = {d}")
             out.add(f"{d} = {self.reset_zero(self.types[s.target])}")
             return "_g"
