@@ -638,11 +638,34 @@ def survives_pickling(argtypes):
 
 def _reduce(cres):
     """``cres`` as bytes, or None when Numba cannot cache it (code lifted to object mode, dynamic
-    globals such as addresses of Python objects)."""
+    globals such as addresses of Python objects, an environment another process cannot
+    rebuild)."""
     if cres.objectmode or any(not x.can_cache for x in cres.lifted) or \
-            cres.library.has_dynamic_globals:
+            cres.library.has_dynamic_globals or not _environments_importable(cres):
         return None
     return serialize(cres._reduce())
+
+
+def _environments_importable(cres):
+    """Whether another process can rebuild the environments ``cres`` refers to: Numba imports
+    each one's module by name (``environment._rebuild_env``). Code of a module loaded from a
+    file without a name in ``sys.modules`` has the module "<dynamic>", which no process can."""
+    import importlib.util
+    import sys
+    try:
+        envs = [cres.environment, *cres._find_referenced_environments()]
+    except Exception:   # noqa: BLE001 - not knowing means not storing
+        return False
+    for env in envs:
+        name = env.globals.get("__name__") if env is not None else None
+        if name == "__main__":
+            continue            # a script run again: its own __main__
+        try:
+            if not name or name.startswith("<") or importlib.util.find_spec(name) is None:
+                return False
+        except (ImportError, ValueError):
+            return False
+    return True
 
 
 def serialize_result(cres):

@@ -574,3 +574,51 @@ def test_generated_code_is_fingerprinted_by_values_not_by_counter_names():
     a = diskcache.fingerprint(kernel("fwd_g_1", 1, helper))
     assert a == diskcache.fingerprint(kernel("fwd_g_12", 7, helper))
     assert a != diskcache.fingerprint(kernel("fwd_g_1", 1, other))
+
+
+UNNAMED = '''
+import importlib.util, json, sys, warnings
+warnings.simplefilter("error", RuntimeWarning)
+import numbarules as nr
+spec = importlib.util.spec_from_file_location("not_importable", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)    # never put in sys.modules
+spec.loader.exec_module(mod)
+print(json.dumps({"grad": nr.grad(mod.top)(0.3), "value": mod.g(0.3),
+                  "disk_hits": nr.cache_info()["disk_hits"]}))
+'''
+
+UNNAMED_MODULE = '''
+import math
+import numbarules as nr
+
+@nr.generic
+def g(x: nr.Real):
+    s = 0.0
+    for k in range(3):
+        s += 0.1 * math.sin(x * (k + 1.0))
+    return s
+
+def top(x):
+    return 2.0 * g(x)
+'''
+
+
+def test_code_of_a_module_without_a_name_is_never_stored_where_it_cannot_load(tmp_path):
+    # Numba gives code of a module loaded from a file but absent from sys.modules the module
+    # "<dynamic>", whose environment no other process can rebuild: such code used to be stored
+    # and then discarded as corrupt (a warning) by every later process.
+    (tmp_path / "unnamed.py").write_text(UNNAMED_MODULE)
+    (tmp_path / "child.py").write_text(UNNAMED)
+    environ = dict(os.environ, NUMBARULES_CACHE_DIR=str(tmp_path / "cache"), NUMBARULES_CACHE="1",
+                   PYTHONPATH=ROOT)
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(tmp_path / "child.py"),
+                               str(tmp_path / "unnamed.py")],
+                              capture_output=True, text=True, env=environ, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "discarding" not in proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    expected = 2.0 * sum(0.1 * (k + 1.0) * np.cos(0.3 * (k + 1.0)) for k in range(3))
+    assert runs[0]["grad"] == pytest.approx(expected, rel=1e-12)
+    assert runs[1]["grad"] == runs[0]["grad"] and runs[1]["value"] == runs[0]["value"]
