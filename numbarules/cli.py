@@ -1,4 +1,5 @@
-"""The ``numbarules`` command line: ``demo``, ``explain``, ``bench``, ``cache`` and ``fuzz``."""
+"""The ``numbarules`` command line: ``demo``, ``explain``, ``profile``, ``bench``, ``cache`` and
+``fuzz``."""
 
 import argparse
 import glob
@@ -62,6 +63,24 @@ def explain(target, types, out=print):
     sys.path.insert(0, ".")
     f = getattr(importlib.import_module(module), name)
     out(str(api.explain(f, *(parse_type(t) for t in types))))
+
+
+def profile(target, types, argnums=None, out=print):
+    """Compile ``nr.value_and_grad`` of MODULE:FUNCTION at these types (disk cache off) and print
+    where the seconds went (``nr.compile_stats()``)."""
+    import time
+    from . import profile as prof
+    module, _, name = target.partition(":")
+    if not name:
+        raise ValueError("write the function as MODULE:FUNCTION")
+    sys.path.insert(0, ".")
+    f = getattr(importlib.import_module(module), name)
+    args = tuple(parse_type(t) for t in types)
+    prof.compile_stats(reset=True)
+    t0 = time.perf_counter()
+    api.value_and_grad(f, 0 if argnums is None else argnums)(*args)
+    out(f"first gradient of {target}: {time.perf_counter() - t0:.2f} s")
+    out(str(prof.compile_stats()))
 
 
 def _size(n):
@@ -144,6 +163,12 @@ def main(argv=None):
                                         "the given types")
     ex.add_argument("function", help="MODULE:FUNCTION")
     ex.add_argument("types", nargs="*", help="float64, float64[:, :], int64, module:StructName")
+    pr = sub.add_parser("profile", help="where the seconds of the first gradient of "
+                                        "MODULE:FUNCTION at the given types go (disk cache off)")
+    pr.add_argument("function", help="MODULE:FUNCTION")
+    pr.add_argument("types", nargs="*", help="float64, float64[:, :], int64, module:StructName")
+    pr.add_argument("--argnums", type=int, nargs="+", help="arguments to differentiate "
+                                                            "(default 0)")
     be = sub.add_parser("bench", help="the benchmark suite (perf/) against the installed peers")
     be.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes in all")
     ca = sub.add_parser("cache", help="the on-disk kernel cache")
@@ -183,6 +208,21 @@ def main(argv=None):
                     args.start, args.jobs, args.opt)
     if args.command == "cache":
         return cache_command(args.action)
+    if args.command == "profile":
+        saved = os.environ.get("NUMBARULES_CACHE")
+        os.environ["NUMBARULES_CACHE"] = "0"          # the cold path is what is measured
+        try:
+            profile(args.function, args.types,
+                    None if args.argnums is None else tuple(args.argnums))
+        except (NumbarulesError, ValueError, ImportError, AttributeError) as exc:
+            print(f"numbarules profile: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            if saved is None:
+                os.environ.pop("NUMBARULES_CACHE", None)
+            else:
+                os.environ["NUMBARULES_CACHE"] = saved
+        return 0
     if args.command == "bench":
         return bench(args.quick)
     if args.command == "demo":

@@ -762,6 +762,9 @@ def readable_type(t, depth=0):
         elif t.ndim and t.layout == "F":
             dims[0] = "::1"
         return f"{t.dtype}[{', '.join(dims)}]" if t.ndim else f"{t.dtype}[()]"
+    cls = getattr(t, "instance_class", None) or getattr(t, "cls", None)
+    if isinstance(cls, type) and hasattr(cls, "_nr_fields"):
+        return cls.__name__                 # a struct (a named tuple to Numba)
     if isinstance(t, types.BaseTuple):
         items = list(t)
         if depth >= 1 and len(items) > 2:
@@ -772,8 +775,5 @@ def readable_type(t, depth=0):
         return "(" + ", ".join(shown) + ("," if len(items) == 1 else "") + ")"
     if isinstance(t, types.Omitted):
         return "default"
-    cls = getattr(t, "instance_class", None) or getattr(t, "cls", None)
-    if isinstance(cls, type) and hasattr(cls, "_nr_fields"):
-        return cls.__name__
     text = str(t)
     return text if len(text) <= 48 else text[:45] + "..."

@@ -34,6 +34,7 @@ CHECK_RULE = "ad: check rule types"
 NUMBA_TYPING = "numba: typing"
 NUMBA_LOWERING = "numba: lowering + LLVM + machine code"
 NUMBA_OTHER = "numba: other passes"
+NUMBA_OUTSIDE = "numba: outside passes (start-up: registries)"
 OTHER = "other"
 
 _PASSES = {"nopython_type_inference": NUMBA_TYPING, "native_lowering": NUMBA_LOWERING}
@@ -196,7 +197,7 @@ def _on_start(kind, data):
         disp = data.get("dispatcher")
         record = KernelRecord(_label(disp), readable_signature(data.get("args") or ()))
         _local.__dict__.setdefault("compile_frames", []).append(
-            (_push(record, NUMBA_OTHER), disp, data.get("args")))
+            (_push(record, NUMBA_OUTSIDE), disp, data.get("args")))
     else:
         name = data.get("name", "").split(" [")[0]
         _local.__dict__.setdefault("pass_frames", []).append(

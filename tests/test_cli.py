@@ -55,3 +55,35 @@ def test_explain_from_the_command_line(capsys):
 def test_explain_reports_bad_types(capsys):
     assert cli.main(["explain", "cli_target:loss", "complex[:]"]) == 2
     assert "cannot read the type 'complex[:]'" in capsys.readouterr().err
+
+
+def test_profile_from_the_command_line(tmp_path):
+    # A fresh process: the first gradient compiles, and the report says where the time went.
+    proc = subprocess.run([sys.executable, "-m", "numbarules.cli", "profile", "cli_target:loss",
+                           "float64[:, :]", "cli_target:Diagonal", "--argnums", "0", "1"],
+                          capture_output=True, text=True, cwd="tests")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("first gradient of cli_target:loss: ")
+    assert "by phase:" in proc.stdout and "numba: typing" in proc.stdout
+    assert "ad: type the primal" in proc.stdout
+    assert "value_and_grad(loss) (float64[:, ::1], Diagonal)" in proc.stdout
+
+
+def test_compile_stats_account_for_the_compile(tmp_path):
+    import numbarules as nr
+
+    def cubic(x):
+        return x * x * x + 2.0 * x
+
+    nr.compile_stats(reset=True)
+    assert nr.grad(cubic)(2.0) == 14.0
+    stats = nr.compile_stats()
+    labels = [k.label for k in stats.kernels]
+    assert any(label.startswith("grad(") and "cubic" in label for label in labels)
+    assert any(label.startswith("AD transform of") for label in labels)
+    assert stats.seconds > 0 and abs(sum(stats.by_phase.values()) - stats.seconds) < 1e-6
+    assert all(k.seconds <= k.total + 1e-9 for k in stats.kernels)
+    assert "compiles" in str(stats) and "by phase:" in str(stats)
+    assert nr.grad(cubic)(3.0) == 29.0                # no compile: nothing new recorded
+    assert len(nr.compile_stats()) == len(stats)
