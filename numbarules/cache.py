@@ -355,7 +355,7 @@ class _Backend:
     def numba_type(self, f):
         cached = f.__dict__.get("_nr_type")
         if cached is None or cached[0] != f.world:
-            cached = f._nr_type = (f.world, numba_glue.callable_type(f, f.world, _resolve_call))
+            cached = f._nr_type = (f.world, numba_glue.callable_type(f, f.world, resolve_call))
         return cached[1]
 
     def install_call(self, f):
@@ -395,7 +395,7 @@ def _changed_decisions(f):
     return affected
 
 
-def _resolve_call(f, context, argtypes):
+def resolve_call(f, context, argtypes):
     """The dispatcher a compiled call of generic function ``f`` at ``argtypes`` jumps to."""
     sig = tuple(from_numba(a) for a in argtypes)
     try:
@@ -447,7 +447,7 @@ def _compile_error(func, what, argtypes, exc):
 
 def _install_trampoline(f):
     install_entry(f, f.arities(), lambda args: f.resolve(tuple(typeof(a) for a in args)),
-                  _resolve_call)
+                  resolve_call)
 
 
 class Unlinked:
@@ -647,6 +647,21 @@ def helper(func):
 
 
 _HELPER = ("helper",)
+
+
+def partials(func):
+    """The compiled partial derivatives of a scalar rule: NumPy's error model always (a pole
+    gives inf, as in JAX: d/dx sqrt(x) at 0), whatever the kernel calling it. Numba would
+    otherwise compile it with the error model of the first caller (flags are inherited), and
+    the forward kernels keep Python's, where dividing by zero raises."""
+    made = registry.table(func, "_nr_jit")
+    disp = made.get(_PARTIALS)
+    if disp is None:
+        disp = _jit(func, {"error_model": "numpy"}, _PARTIALS, internal=True)
+    return disp
+
+
+_PARTIALS = ("partials",)
 
 
 def _options_key(options):

@@ -179,6 +179,7 @@ def _build(spec, argtypes, mask):
         # One kernel for forward and reverse (see codegen.whole_vjp). Recursive functions keep
         # the vjp that calls the two kernels: Numba types their recursion through it.
         spec.kernels = dataclasses.replace(spec.kernels, vjp=spec.kernels.whole)
+    _unlink_calls_outside_loops(spec, ns)
     k = spec.kernels
     ns.update(k.tangent_classes or {})
     spec.source = "\n".join((k.forward, k.pullback, k.vjp))
@@ -210,6 +211,32 @@ def _build(spec, argtypes, mask):
     spec.ready = True
     for other_ns in spec.waiters:
         _bind(other_ns, spec)
+
+
+def _unlink_calls_outside_loops(spec, ns):
+    """Calls that run once per call of the kernel (outside every loop) jump to the callee's code
+    instead of linking it (cache.Unlinked): linked code is optimised and compiled to machine code
+    again in every kernel that links it, and a new rule deep in a call graph then recompiled
+    every caller's copy of everything below. Calls inside loops stay linked, for inlining.
+    Recursive functions keep linked calls (Numba types their recursion through them)."""
+    if getattr(spec, "recursive", False):
+        return
+    inside, outside = set(), set()
+    for s in ir.walk(spec.fn.body):
+        e = getattr(s, "expr", None)
+        if not isinstance(e, ir.Call):
+            continue
+        names = {e.fname}
+        cp = spec.plan.calls.get(id(e))
+        if cp is not None and cp.kind == "derived":
+            names |= {f"fwd_{cp.name}", f"bwd_{cp.name}", f"vjp_{cp.name}"}
+        (inside if id(s) in spec.plan.in_loop else outside).update(names)
+    for name in outside - inside:
+        value = ns.get(name)
+        if isinstance(value, GenericFunction):
+            ns[name] = cache.Unlinked(value, cache.resolve_call)
+        elif name.startswith(("fwd_", "bwd_", "vjp_")) and numba_glue.is_dispatcher(value):
+            ns[name] = cache.Unlinked.of_dispatcher(value)
 
 
 def _typed(spec, fn, ns, argtypes):
@@ -343,7 +370,7 @@ def _generated_rule(rule, name, argtypes, ns):
     fwd = f"def fwd_{name}({params}):\n    return _f({params}), {tup(f'a{i}' for i in range(n))}\n"
     lines = [f"def bwd_{name}(_res, _dout):", f"    {params}{',' if n == 1 else ''} = _res"]
     if rule.kind == "scalar":
-        ns["_partials"] = cache.helper(rule.impl)
+        ns["_partials"] = cache.partials(rule.impl)
         extra = f", _f({params})" if rule.uses_result else ""
         lines.append(f"    _p = _partials({params}{extra})")
         grads = [f"_dout * _p[{i}]" if analysis.is_float(t) else "None"
@@ -474,7 +501,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         return codegen.CallPlan("nondiff")
     if isinstance(target, rules.Rule) and target.kind == "scalar":
         pname = f"_partials_{re.sub(r'[^A-Za-z0-9]', '_', getattr(f, '__name__', 'f'))}_{id(target)}"
-        ns[pname] = cache.helper(target.impl)
+        ns[pname] = cache.partials(target.impl)
         return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
     callee = specialize(target, argtypes, arg_mask, spec.bounds)
     info["callee"] = callee

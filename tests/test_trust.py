@@ -856,6 +856,66 @@ def argument_updated_in_a_branch(x0):
     return s
 
 
+def sqrt_in_a_loop(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sqrt(x[i])
+    return s
+
+
+def sqrt_then_branch(x):
+    y = math.sqrt(x)
+    if x > 1.0:
+        return y
+    return y * 2.0
+
+
+def test_poles_of_partials_give_inf_on_every_path():
+    # A scalar rule's partials are compiled with NumPy's error model whatever kernel calls them
+    # first (the one-kernel gradient compiles with Python's, where 0.5 / 0.0 raises).
+    assert nr.grad(sqrt_then_branch)(0.0) == math.inf
+    assert nr.pullback(sqrt_then_branch, 0.0)[1](1.0)[0] == math.inf
+    np.testing.assert_array_equal(nr.grad(sqrt_in_a_loop)(np.zeros(3)), [math.inf] * 3)
+    np.testing.assert_array_equal(nr.pullback(sqrt_in_a_loop, np.zeros(3))[1](1.0)[0],
+                                  [math.inf] * 3)
+
+
+def after_the_loop_a_branch_returns(t, v):
+    s = 0.0
+    for i in range(3):
+        s += v[i] * (v[i] - t[2])
+    if t[1] <= 0.44:
+        return t[0] + s
+    s += 0.25 * t[0]
+    return s + 0.11 * t[2]
+
+
+def early_return_in_dead_and_live_branches(n0, x0, v):
+    s = 0.0
+    if s > -0.48:
+        s = s * 0.57 - (v[0] - x0)
+        if n0 > 1:
+            s += v[1] * v[1]
+    else:
+        if 0.5 > 1.5:
+            s = x0
+        else:
+            if v[2] > x0:
+                return v[1] + s
+    for i in range(2):
+        s += v[i] * v[i + 1]
+    return s
+
+
+def test_early_returns_the_fuzzer_found():
+    # Seed 20261204, programs 184 (a branch after a fused loop was reversed before its test was
+    # computed) and 171 (a result no path assigns at a join of Numba's SSA could not be typed).
+    v = np.array([0.3, -0.4, 0.8])
+    for t in ((1.0, 0.2, 0.5), (1.0, 0.9, 0.5)):
+        nr.testing.check_grad(after_the_loop_a_branch_returns, t, v, argnums=(0, 1))
+    nr.testing.check_grad(early_return_in_dead_and_live_branches, 3, 0.2, v, argnums=(1, 2))
+
+
 def test_an_argument_written_once_in_a_branch():
     # Found by the fuzzer (seed 777, programs 10 and 32): the argument's own binding is a first
     # write, so the write in the branch must reset its adjoint (it was counted twice).

@@ -276,6 +276,11 @@ class _Gen:
         fn = self.fn
         saved = {s.target if isinstance(s, ir.Assign) else s.var for s in ir.walk(fn.body)
                  if id(s) in self.plan.pushes and isinstance(s, (ir.Assign, ir.For))}
+        # The result too, when early returns assign it in branches: Numba's SSA may join paths
+        # that all leave it unset (behind the return flags) and then cannot type it.
+        returns = sum(1 for s in ir.walk(fn.body) if isinstance(s, ir.Assign) and s.target == "_rv")
+        if returns > 1:
+            saved.add("_rv")
         pre = sorted(v for v in (set(names) | saved)
                      if v not in fn.params and v in self.types and self.zero(self.types[v]))
         lines = [f"{v} = {self.zero(self.types[v])}" for v in pre]

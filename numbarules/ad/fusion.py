@@ -3,7 +3,8 @@
 ``fusion(fn, plan) -> Fusion | None`` is a pure analysis; ``codegen`` only follows its answer.
 
 **The rule.** The function is ``pre; L; post; return r`` with ``L`` the only loop at its top
-level (a ``for`` over a range), no loop in ``pre`` or ``post``, no ``while`` and no array write
+level (a ``for`` over a range), no loop in ``pre`` or ``post``, no branch in ``post`` (its
+reverse runs before ``L``, ahead of the tests ``post`` computes), no ``while`` and no array write
 inside ``L``, and nothing saved by ``post``. Every scalar ``v`` that ``L`` assigns is either
 
 - an *accumulator*: every assignment is ``v = t`` with ``t = v + u``, ``u + v`` or ``v - u``, ``L``
@@ -87,6 +88,10 @@ def fusion(fn, plan):
     if any(isinstance(s, (ir.While, ir.Store)) for s in inside):
         return None
     if any(id(s) in plan.pushes for s in ir.walk(post)):
+        return None
+    if any(isinstance(s, ir.If) for s in post):
+        # The reverse of post runs before the loop, and so before post's forward: a branch in
+        # post would be reversed on a test not computed yet (an early return after the loop).
         return None
     sites, reads = {}, {}
     for s in inside:
