@@ -173,7 +173,10 @@ def helper(func):
 
 def device_value(value):
     """What device code should see for ``value`` named in a namespace: our CPU dispatchers and
-    plain Python functions become device helpers; everything else is left as it is."""
+    plain Python functions become device helpers; everything else is left as it is. A call the
+    CPU kernels make unlinked (``cache.Unlinked``) is an ordinary call on the device."""
+    if isinstance(value, cache.Unlinked):
+        value = value.target
     if isinstance(value, GenericFunction) or isinstance(value, DeviceHelper):
         return value
     if isinstance(value, numba_glue.Dispatcher):
