@@ -907,6 +907,26 @@ def early_return_in_dead_and_live_branches(n0, x0, v):
     return s
 
 
+def array_made_after_the_loop(x0, x1, v):
+    s = 0.0
+    for i in range(1):
+        acc = x0
+        for j in range(4):
+            acc = acc * 0.37 + v[j] * x1
+        s += acc * 0.45 * v[2]
+    a = np.zeros(5)
+    a[4] += x1
+    a[2] += x0 * x1
+    return s + 0.38 * a[2] + a[4]
+
+
+def test_no_fused_vjp_for_an_array_made_after_the_loop():
+    # Seed 20261205, program 165: the fused vjp allocated the adjoint of an array made after
+    # the loop before the array existed.
+    nr.testing.check_grad(array_made_after_the_loop, -1.1, 0.7,
+                          np.array([0.9, 0.8, -0.9, 0.8, 1.1]), argnums=(0, 1, 2))
+
+
 def test_early_returns_the_fuzzer_found():
     # Seed 20261204, programs 184 (a branch after a fused loop was reversed before its test was
     # computed) and 171 (a result no path assigns at a join of Numba's SSA could not be typed).

@@ -642,7 +642,7 @@ class _Gen:
         values from ``pre``). Then nothing needs saving or recomputing: one pass over the data,
         as a hand-written adjoint would do.
         """
-        plan = fusion.fusion(self.fn, self.plan)
+        plan = fusion.fusion(self.fn, self.plan, self.types)
         if plan is None:
             return None
         pre, loop, post, ret, tape = plan.pre, plan.loop, list(plan.post), plan.result, plan.tape

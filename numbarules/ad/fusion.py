@@ -3,8 +3,8 @@
 ``fusion(fn, plan) -> Fusion | None`` is a pure analysis; ``codegen`` only follows its answer.
 
 **The rule.** The function is ``pre; L; post; return r`` with ``L`` the only loop at its top
-level (a ``for`` over a range), no loop in ``pre`` or ``post``, no branch in ``post`` (its
-reverse runs before ``L``, ahead of the tests ``post`` computes), no ``while`` and no array write
+level (a ``for`` over a range), no loop in ``pre`` or ``post``, no branch and no array made in
+``post`` (its reverse runs before ``L``, ahead of what ``post`` computes), no ``while`` and no array write
 inside ``L``, and nothing saved by ``post``. Every scalar ``v`` that ``L`` assigns is either
 
 - an *accumulator*: every assignment is ``v = t`` with ``t = v + u``, ``u + v`` or ``v - u``, ``L``
@@ -27,6 +27,8 @@ can follow its forward. Two ways to do that:
 
 from dataclasses import dataclass
 from typing import Any, Tuple
+
+from numba.core import types as nbt
 
 from . import ir
 from .analysis import adjoint_reads, stmt_reads
@@ -73,7 +75,7 @@ def exposed(stmts, v, defined=False):
     return hit, defined
 
 
-def fusion(fn, plan):
+def fusion(fn, plan, types=None):
     """The fused schedule of ``fn`` under ``plan``, or None (see the module docstring)."""
     body = list(fn.body)
     loops = [k for k, s in enumerate(body) if isinstance(s, (ir.For, ir.While))]
@@ -92,6 +94,12 @@ def fusion(fn, plan):
     if any(isinstance(s, ir.If) for s in post):
         # The reverse of post runs before the loop, and so before post's forward: a branch in
         # post would be reversed on a test not computed yet (an early return after the loop).
+        return None
+    if types is not None and any(
+            isinstance(s, ir.Assign) and s.target in plan.active
+            and not isinstance(types.get(s.target), (nbt.Float, nbt.Integer)) for s in post):
+        # Likewise an array (or struct, tuple) made after the loop: its adjoint is allocated
+        # like its value, which post's forward only makes after the reverse of post ran.
         return None
     sites, reads = {}, {}
     for s in inside:
