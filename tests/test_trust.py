@@ -936,6 +936,19 @@ def test_early_returns_the_fuzzer_found():
     nr.testing.check_grad(early_return_in_dead_and_live_branches, 3, 0.2, v, argnums=(1, 2))
 
 
+def norm_of_reversed(x):
+    return np.linalg.norm(x[::-1]) + np.linalg.norm(x[::-1], 2)
+
+
+def test_norm_of_a_negative_stride_vector():
+    # Found by the fuzzer (seed 20261205, program 73): Numba's own np.linalg.norm of x[::-1] is
+    # |x[0]|; the rule computes it right, so value and gradient are right.
+    x = np.array([3.0, -1.0, 2.0, 0.5])
+    value, g = nr.value_and_grad(norm_of_reversed)(x)
+    assert value == pytest.approx(2 * np.linalg.norm(x), rel=1e-14)
+    np.testing.assert_allclose(g, 2 * x / np.linalg.norm(x), rtol=1e-14)
+
+
 def test_an_argument_written_once_in_a_branch():
     # Found by the fuzzer (seed 777, programs 10 and 32): the argument's own binding is a first
     # write, so the write in the branch must reset its adjoint (it was counted twice).

@@ -117,9 +117,11 @@ def vector_norm_adjoint(x, ord, r, dy):
     return out
 
 
+# Numba's 2-norm of a vector with a negative stride (x[::-1]) is wrong (Numba 0.68.1: it
+# returns |x[0]|; BLAS nrm2 with a negative increment): computed on a contiguous copy instead.
 @rrule(np.linalg.norm, Vector[AbstractFloat])
 def _norm(x):
-    r = np.linalg.norm(x)
+    r = np.linalg.norm(np.ascontiguousarray(x))
 
     def norm_pullback(dy):
         return (x * (dy / r),)
@@ -137,7 +139,7 @@ def _norm_frobenius(A):
 
 @rrule(np.linalg.norm, Vector[AbstractFloat], Real)
 def _norm_vector_ord(x, ord):
-    r = np.linalg.norm(x, ord)
+    r = np.linalg.norm(np.ascontiguousarray(x), ord)
 
     def norm_vector_ord_pullback(dy):
         return (vector_norm_adjoint(x, ord, r, dy), None)
