@@ -286,9 +286,10 @@ def _gradient(f, argnums, with_value, boundscheck):
     return hit
 
 
-def _spec_for_call(f, args, argnums=None, bounds=False):
+def _spec_for_call(f, args, argnums=None, bounds=False, caller="pullback"):
     if isinstance(f, Gradient):     # nr.code(nr.grad(f, argnums), ...) means f's kernels
         f, argnums = f.f, f.argnums if argnums is None else argnums
+    args = _positional(f, args, caller)
     argtypes = tuple(numba.typeof(a) for a in args)
     target, _ = kernels.target_for(f, argtypes)
     if argnums is None:
@@ -301,6 +302,27 @@ def _spec_for_call(f, args, argnums=None, bounds=False):
     return kernels.specialize(target, argtypes, mask, bounds)
 
 
+def _positional(f, args, caller):
+    """``args`` with ``f``'s defaults filled in, or a TypeError naming ``caller(f)`` when they
+    cannot be ``f``'s positional arguments (rather than Numba's "Mismatch number of argument
+    types" from deep inside typing)."""
+    if isinstance(f, GenericFunction):
+        return args                 # dispatch says which methods take these arguments
+    func = f.py_func if numba_glue.is_dispatcher(f) else f
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return args
+    try:
+        bound = sig.bind(*args)
+    except TypeError as exc:
+        name = getattr(f, "__qualname__", repr(f))
+        raise TypeError(f"{caller}({name}): {exc}; {name}{sig} takes "
+                        f"{len(sig.parameters)} arguments, {len(args)} were given") from None
+    bound.apply_defaults()
+    return tuple(bound.args)
+
+
 def pullback(f, *args, boundscheck=False):
     """``(y, pb)``: the value of ``f(*args)`` and its pullback; ``pb(dy)`` returns one tangent per
     argument (None for integers and booleans).
@@ -310,6 +332,8 @@ def pullback(f, *args, boundscheck=False):
     raises ValueError naming ``f``. A rule's tangents are checked against the arguments' shapes
     (``nr.RuleError``). ``boundscheck``: as for ``nr.grad``.
     """
+    given = len(args)
+    args = _positional(f.f if isinstance(f, Gradient) else f, args, "pullback")
     spec = _spec_for_call(f, args, bounds=boundscheck)
     y, residuals = spec.fwd(*args)
     name = f"pullback({getattr(f, '__qualname__', f)})"
@@ -320,7 +344,7 @@ def pullback(f, *args, boundscheck=False):
         if isinstance(spec.target, rules.Rule):
             for k, (a, t) in enumerate(zip(args, tangents)):
                 _check_tangent(f"{spec.target!r}", f"tangent {k}", a, t)
-        return tangents
+        return tangents[:given]     # one per argument passed (defaults are not)
     pb.__qualname__ = name
     return y, pb
 
@@ -400,7 +424,7 @@ def code(f, *args, kind="forward"):
     ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
     or "primal" (the normalised primal the two are built from).
     """
-    spec = _spec_for_call(f, args)
+    spec = _spec_for_call(f, args, caller="code")
     sources = {"forward": spec.kernels.forward, "pullback": spec.kernels.pullback,
                "vjp": spec.kernels.vjp, "primal": spec.primal_source}
     if kind not in sources:
@@ -470,7 +494,7 @@ def explain(f, *args):
     """The call tree of differentiating ``f`` at these arguments: for each call, the method
     chosen and whether a ``rule``, the ``derived`` body, an ``opted out`` rule or a
     ``non-differentiable`` declaration was used."""
-    spec = _spec_for_call(f, args)
+    spec = _spec_for_call(f, args, caller="explain")
     sig = tuple(lattice.from_numba(t) for t in spec.argtypes)
     target, _ = kernels.target_for(f, spec.argtypes)
     rule = rules.lookup(f, sig)

@@ -1,5 +1,8 @@
-"""The ``numbarules`` command line: ``demo``, ``explain``, ``profile``, ``bench``, ``cache`` and
-``fuzz``."""
+"""The numbarules command line: demo, explain, profile, bench, cache and fuzz.
+
+FUNCTION arguments are MODULE:FUNCTION (importable from the current directory) or
+path/to/file.py:FUNCTION; TYPE arguments are float64, float64[:, :], float32[:], int64, bool or
+a struct class named the same way (MODULE:Struct or path/to/file.py:Struct)."""
 
 import argparse
 import glob
@@ -32,15 +35,71 @@ def parse_type(text):
             return dtype(1)
         ndim = m.group(2).count(":")
         return np.ones((2,) * ndim, dtype=dtype)
-    if re.fullmatch(r"[\w.]+:\w+", text):
-        module, _, name = text.partition(":")
-        cls = getattr(importlib.import_module(module), name)
+    if re.fullmatch(r"[^\s\[\]]+:\w+", text):
+        cls = load(text, what="struct class")
         fields = getattr(cls, "_nr_fields", None)
         if fields is None:
             raise ValueError(f"{text} is not a @nr.struct class")
         return cls(*(_placeholder(t) for t in fields.values()))
     raise ValueError(f"cannot read the type {text!r}: write float64, float64[:, :], int64, "
-                     f"float32[:] or module:StructName")
+                     f"float32[:], bool, or a struct class as MODULE:Struct or "
+                     f"path/to/file.py:Struct")
+
+
+def load(target, what="function"):
+    """The object named by ``MODULE:NAME`` or ``path/to/file.py:NAME``.
+
+    A file is imported as a module named after it, from its own directory (as ``python file.py``
+    would find its neighbours), so that its functions and structs have an importable home: the
+    disk cache and pickles name them by module.
+    """
+    module, sep, name = target.rpartition(":")
+    if not sep or not module or not name.isidentifier():
+        raise ValueError(f"write the {what} as MODULE:NAME or path/to/file.py:NAME, not {target!r}")
+    if module.endswith(".py") or os.sep in module or "/" in module:
+        path = os.path.abspath(module)
+        if not os.path.isfile(path):
+            raise ValueError(f"no such file: {module}")
+        folder, stem = os.path.split(path)
+        stem = stem[:-3] if stem.endswith(".py") else stem
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        mod = importlib.import_module(stem)
+        found = getattr(mod, "__file__", None)
+        if found is None or not os.path.samefile(found, path):
+            raise ValueError(f"{module} cannot be imported as module {stem!r}: that name is "
+                             f"already {found or 'a built-in module'}; rename the file")
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        mod = importlib.import_module(module)
+    try:
+        return getattr(mod, name)
+    except AttributeError:
+        raise ValueError(f"{module} has no {what} named {name!r}") from None
+
+
+def _arguments(f, types, command):
+    """Placeholder values for ``types``, or a ValueError that shows the function's signature."""
+    import inspect
+    from .dispatch import GenericFunction
+    args = tuple(parse_type(t) for t in types)
+    if isinstance(f, GenericFunction):
+        return args                 # no single signature: dispatch names the methods that fit
+    func = getattr(f, "py_func", f)
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return args
+    try:
+        sig.bind(*args)
+    except TypeError:
+        name, n = func.__name__, len(sig.parameters)
+        raise ValueError(
+            f"{name}{sig} takes {n} argument{'s' * (n != 1)}, {len(args)} "
+            f"type{'s' * (len(args) != 1)} given: write one TYPE per argument, e.g. "
+            f"numbarules {command} ...:{name} {' '.join(['float64'] * n)}") from None
+    return args
 
 
 def _placeholder(t):
@@ -57,12 +116,8 @@ def _placeholder(t):
 
 
 def explain(target, types, out=print):
-    module, _, name = target.partition(":")
-    if not name:
-        raise ValueError("write the function as MODULE:FUNCTION")
-    sys.path.insert(0, ".")
-    f = getattr(importlib.import_module(module), name)
-    out(str(api.explain(f, *(parse_type(t) for t in types))))
+    f = load(target)
+    out(str(api.explain(f, *_arguments(f, types, "explain"))))
 
 
 def profile(target, types, argnums=None, out=print):
@@ -70,12 +125,8 @@ def profile(target, types, argnums=None, out=print):
     where the seconds went (``nr.compile_stats()``)."""
     import time
     from . import profile as prof
-    module, _, name = target.partition(":")
-    if not name:
-        raise ValueError("write the function as MODULE:FUNCTION")
-    sys.path.insert(0, ".")
-    f = getattr(importlib.import_module(module), name)
-    args = tuple(parse_type(t) for t in types)
+    f = load(target)
+    args = _arguments(f, types, "profile")
     prof.compile_stats(reset=True)
     t0 = time.perf_counter()
     api.value_and_grad(f, 0 if argnums is None else argnums)(*args)
@@ -156,17 +207,20 @@ def fuzz(n, seed, features=None, keep=None, timeout=120.0, verbose=False, start=
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="numbarules", description=__doc__)
+    parser = argparse.ArgumentParser(prog="numbarules", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="the method-rule story end to end, in seconds")
     ex = sub.add_parser("explain", help="the call tree of differentiating MODULE:FUNCTION at "
                                         "the given types")
-    ex.add_argument("function", help="MODULE:FUNCTION")
-    ex.add_argument("types", nargs="*", help="float64, float64[:, :], int64, module:StructName")
+    ex.add_argument("function", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    ex.add_argument("types", nargs="*", metavar="TYPE",
+                    help="one per argument: float64, float64[:, :], int64, MODULE:Struct")
     pr = sub.add_parser("profile", help="where the seconds of the first gradient of "
                                         "MODULE:FUNCTION at the given types go (disk cache off)")
-    pr.add_argument("function", help="MODULE:FUNCTION")
-    pr.add_argument("types", nargs="*", help="float64, float64[:, :], int64, module:StructName")
+    pr.add_argument("function", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    pr.add_argument("types", nargs="*", metavar="TYPE",
+                    help="one per argument: float64, float64[:, :], int64, MODULE:Struct")
     pr.add_argument("--argnums", type=int, nargs="+", help="arguments to differentiate "
                                                             "(default 0)")
     be = sub.add_parser("bench", help="the benchmark suite (perf/) against the installed peers")
@@ -214,7 +268,7 @@ def main(argv=None):
         try:
             profile(args.function, args.types,
                     None if args.argnums is None else tuple(args.argnums))
-        except (NumbarulesError, ValueError, ImportError, AttributeError) as exc:
+        except (NumbarulesError, ValueError, TypeError, ImportError) as exc:
             print(f"numbarules profile: {exc}", file=sys.stderr)
             return 2
         finally:
@@ -232,7 +286,7 @@ def main(argv=None):
     elif args.command == "explain":
         try:
             explain(args.function, args.types)
-        except (NumbarulesError, ValueError, ImportError, AttributeError) as exc:
+        except (NumbarulesError, ValueError, TypeError, ImportError) as exc:
             print(f"numbarules explain: {exc}", file=sys.stderr)
             return 2
     return 0

@@ -100,7 +100,10 @@ def rules_story(out=print):
     out(f"  grad(my_sum)(A) = {g(A).tolist()}")
     out(f"  grad(my_sum)(D) = {g(D)!r}")
     out("")
-    out("Now a reverse rule for the method my_sum(x::AbstractMatrix), after the first gradient:")
+    out("Now a reverse rule for the method my_sum(x::AbstractMatrix), added after the first")
+    out("gradient. It is a marker rule: its pullback returns 100 * dy for every entry (the true")
+    out("gradient is dy), so the numbers below show which code ran; a real rule returns the true")
+    out("gradient, and nr.testing.check_rrule would refuse this one.")
 
     @nr.rrule(my_sum)
     def _(x: nr.AbstractMatrix):
@@ -108,14 +111,15 @@ def rules_story(out=print):
         m, n = x.shape
 
         def my_sum_pullback(dy):
-            return (np.full((m, n), dy),)
+            return (np.full((m, n), 100.0 * dy),)
         return y, my_sum_pullback
 
     out(f"  nr.rule_for(my_sum, A) -> {nr.rule_for(my_sum, A)!r}")
     out(f"  nr.rule_for(my_sum, D) -> {nr.rule_for(my_sum, D)!r}   "
         f"(D runs the Diagonal method: the rule is not for it)")
-    out(f"  grad(my_sum)(A) = {g(A).tolist()}   (the same gradient object, now via the rule)")
-    out(f"  grad(my_sum)(D) = {g(D)!r}")
+    out(f"  grad(my_sum)(A) = {g(A).tolist()}   (the same gradient object: the rule ran)")
+    out(f"  grad(my_sum)(D) = {g(D)!r}   (the Diagonal body, differentiated)")
+    out("  In Zygote + ChainRules this rule would also answer for D: 100s there too.")
 
     def loss(A, D):
         return my_sum(A) * my_sum(D)
@@ -127,6 +131,7 @@ def rules_story(out=print):
     nr.opt_out(my_sum, nr.Matrix[nr.Float64])
     out("nr.opt_out(my_sum, nr.Matrix[nr.Float64]): float64 matrices are differentiated again:")
     out("  " + str(nr.explain(loss, A, D)).splitlines()[1].strip())
+    out(f"  grad(my_sum)(A) = {g(A).tolist()}")
     out("")
 
     @my_sum.method

@@ -319,3 +319,29 @@ def test_overwritten_arguments_get_a_plus_zero_tangent():
     # s = sum_i 2 y (y / 2^i) = 2 y^2 (1 + 1/2 + 1/4) for n = 3
     assert gy == pytest.approx(4.0 * 0.7 * (1 + 0.5 + 0.25), rel=1e-14)
     check_grad(overwritten_argument, 1.5, 0.7, 3)
+
+
+def _scaled(x, k=2.0):
+    return x * k
+
+
+def test_wrong_argument_counts_name_the_function():
+    # Numba's "Mismatch number of argument types" came through before; now the API names f.
+    A = np.ones((2, 2))
+
+    def two(a, b):
+        return np.sum(a) * b
+    for call, name in ((lambda: nr.pullback(two, A), "pullback(test_wrong_argument_counts"),
+                       (lambda: nr.explain(two, A), "explain(test_wrong_argument_counts"),
+                       (lambda: nr.code(two, A), "code(test_wrong_argument_counts"),
+                       (lambda: nr.grad(two)(A), "grad(test_wrong_argument_counts")):
+        with pytest.raises(TypeError, match="missing a required argument: 'b'") as info:
+            call()
+        assert str(info.value).startswith(name)
+
+
+def test_pullback_fills_defaults_and_returns_a_tangent_per_argument_passed():
+    y, pb = nr.pullback(_scaled, 3.0)
+    assert y == 6.0 and pb(1.0) == (2.0,)
+    y, pb = nr.pullback(_scaled, 3.0, 5.0)
+    assert y == 15.0 and pb(1.0) == (5.0, 3.0)

@@ -28,6 +28,16 @@ def test_demo_tells_the_rules_story(capsys):
     assert "[opted out]" in out
     assert "nr.rule_for(my_sum, A32) -> None" in out
     assert "grad(my_sum)(D) = Tangent[Diagonal](diag=array([1., 1., 1.]))" in out
+    # the rule visibly ran for A (a marker rule: 100 * dy), not for D, and not after opt_out
+    story = out[out.index("Gradients before any rule"):]
+    before, rule, opted = (story.split("Now a reverse rule")[0],
+                           story.split("Now a reverse rule")[1].split("nr.opt_out(")[0],
+                           story.split("nr.opt_out(")[1])
+    assert "grad(my_sum)(A) = [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]" in before
+    assert "grad(my_sum)(A) = [[100.0, 100.0, 100.0], [100.0, 100.0, 100.0]]" in rule
+    assert "grad(my_sum)(D) = Tangent[Diagonal](diag=array([1., 1., 1.]))" in rule
+    assert "grad(my_sum)(A) = [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]" in opted
+    assert "grad(my_sum)(A32) = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]" in opted
 
 
 def test_method_rules_example_runs():
@@ -55,6 +65,33 @@ def test_explain_from_the_command_line(capsys):
 def test_explain_reports_bad_types(capsys):
     assert cli.main(["explain", "cli_target:loss", "complex[:]"]) == 2
     assert "cannot read the type 'complex[:]'" in capsys.readouterr().err
+    # too few types: what the function takes, not Numba's "Mismatch number of argument types"
+    assert cli.main(["explain", "cli_target:loss", "float64[:, :]"]) == 2
+    err = capsys.readouterr().err
+    assert "loss(A, D) takes 2 arguments, 1 type given" in err and "Traceback" not in err
+    assert cli.main(["explain", "cli_target:nope", "float64"]) == 2
+    assert "cli_target has no function named 'nope'" in capsys.readouterr().err
+    assert cli.main(["explain", "no/such/file.py:f", "float64"]) == 2
+    assert "no such file: no/such/file.py" in capsys.readouterr().err
+
+
+def test_explain_takes_a_file_path(tmp_path, capsys):
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "train_logistic.py")
+    code = cli.main(["explain", f"{path}:loss", "float64[:]", "float64[:, :]", "float64[:]"])
+    assert code == 0
+    assert capsys.readouterr().out.startswith(
+        "loss(::Vector[Float64], ::Matrix[Float64], ::Vector[Float64])  [derived]")
+
+
+def test_help_is_plain_text():
+    proc = subprocess.run([sys.executable, "-m", "numbarules.cli", "--help"], capture_output=True,
+                          text=True, check=True)
+    assert "``" not in proc.stdout and "path/to/file.py:FUNCTION" in proc.stdout
+    for command in ("explain", "profile", "bench", "fuzz", "cache"):
+        sub = subprocess.run([sys.executable, "-m", "numbarules.cli", command, "--help"],
+                             capture_output=True, text=True, check=True)
+        assert "``" not in sub.stdout
 
 
 def test_profile_from_the_command_line(tmp_path):
