@@ -162,14 +162,25 @@ def perf_directory():
     return path if os.path.isdir(path) else None
 
 
-def bench(quick, out=print):
-    """Run every ``perf/bench_*.py`` in its own process (each prints its own table)."""
+def bench(quick, names=(), out=print):
+    """Run every ``perf/bench_*.py`` (or those named: ``ad`` or ``bench_ad``) in its own process;
+    each prints its own table."""
     folder = perf_directory()
     if folder is None:
         out("numbarules bench: the benchmark suite (perf/) ships with the source tree, not the "
             "wheel; run it from a checkout: pip install -e '.[bench]' && numbarules bench")
         return 2
     scripts = sorted(glob.glob(os.path.join(folder, "bench_*.py")))
+    if names:
+        known = {os.path.basename(p)[len("bench_"):-len(".py")]: p for p in scripts}
+        wanted = [n[len("bench_"):] if n.startswith("bench_") else n for n in names]
+        wanted = [w[:-3] if w.endswith(".py") else w for w in wanted]
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            out(f"numbarules bench: no benchmark named {', '.join(unknown)}; "
+                f"there are {', '.join(sorted(known))}")
+            return 2
+        scripts = [known[w] for w in wanted]
     failed = []
     for script in scripts:
         name = os.path.basename(script)
@@ -225,6 +236,9 @@ def main(argv=None):
                                                             "(default 0)")
     be = sub.add_parser("bench", help="the benchmark suite (perf/) against the installed peers")
     be.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes in all")
+    be.add_argument("names", nargs="*", metavar="NAME",
+                    help="run only these (ad, arrays, compile, cuda, dispatch, invalidation, "
+                         "ttfg); default all")
     ca = sub.add_parser("cache", help="the on-disk kernel cache")
     ca.add_argument("action", choices=("info", "clear"))
     fz = sub.add_parser("fuzz", help="differential fuzzing of the AD engine: random programs, "
@@ -278,7 +292,7 @@ def main(argv=None):
                 os.environ["NUMBARULES_CACHE"] = saved
         return 0
     if args.command == "bench":
-        return bench(args.quick)
+        return bench(args.quick, args.names)
     if args.command == "demo":
         demo.run()
         print()

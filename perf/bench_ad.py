@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import math
 import os
+import sys
 import tempfile
 import time
 
@@ -200,4 +201,6 @@ if __name__ == "__main__":
     parser.add_argument("--disk-cache", action="store_true",
                         help="use numbarules' configured disk cache instead of a fresh one")
     args = parser.parse_args()
-    run(args.quick, disk_cache=args.disk_cache)
+    rows = run(args.quick, disk_cache=args.disk_cache)
+    # a wrong gradient makes the run fail (numbarules bench reports it), not just a table note
+    sys.exit(1 if any(r.get("numbarules", "").startswith("wrong") for r in rows) else 0)

@@ -44,8 +44,12 @@ t0 = time.perf_counter()
 if side == "njit":
     numba.njit(f)(*args)
 else:
-    nr.value_and_grad(f, argnums)(*args)
+    value, grads = nr.value_and_grad(f, argnums)(*args)
 out = {"seconds": time.perf_counter() - t0, "compiles": nr.cache_info()["compiles"]}
+if side == "grad":   # self-check, after the clock stopped: the gradient against finite differences
+    nums = (argnums,) if isinstance(argnums, int) else argnums
+    nr.testing.check_grad(f, *args, argnums=nums, grad=lambda f, argnums: (
+        lambda *a: grads if isinstance(grads, tuple) else (grads,)))
 if profile and side == "grad":
     out["profile"] = str(nr.compile_stats())
 print(json.dumps(out))

@@ -7,7 +7,7 @@ checked against numbarules' on the first 1000 points before anything is timed. R
 time per call (best of a few, after a warm-up that compiles), the throughput in gradients per
 second, and each peer's time over numbarules'.
 
-Run on a machine with an NVIDIA GPU:  python perf/bench_cuda.py [--n N] [--steps K]
+Run on a machine with an NVIDIA GPU:  python perf/bench_cuda.py [--quick] [--n N] [--steps K]
 Without a usable GPU it prints why and exits with status 0 (nothing to measure); with
 NUMBA_ENABLE_CUDASIM=1 it refuses as well (the simulator runs kernels as Python).
 """
@@ -144,7 +144,10 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=10_000_000, help="points (threads)")
     parser.add_argument("--steps", type=int, default=STEPS, help="loop iterations per point")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="10^6 points, 3 repeats")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.repeats = min(args.n, 1_000_000), min(args.repeats, 3)
     problem = gpu_problem()
     if problem is not None:
         print(f"bench_cuda: skipped, {problem}.")

@@ -124,3 +124,30 @@ def test_compile_stats_account_for_the_compile(tmp_path):
     assert "compiles" in str(stats) and "by phase:" in str(stats)
     assert nr.grad(cubic)(3.0) == 29.0                # no compile: nothing new recorded
     assert len(nr.compile_stats()) == len(stats)
+
+
+EXAMPLES_TESTED = {"method_rules.py": test_method_rules_example_runs,
+                   "train_logistic.py": test_train_logistic_example_runs_compiled_training}
+
+
+def test_every_example_has_a_test_that_checks_its_output():
+    import os
+    folder = os.path.join(os.path.dirname(__file__), "..", "examples")
+    assert {f for f in os.listdir(folder) if f.endswith(".py")} == set(EXAMPLES_TESTED)
+
+
+def test_every_benchmark_takes_quick_and_bench_runs_by_name(capsys):
+    import glob
+    import os
+    perf = os.path.join(os.path.dirname(__file__), "..", "perf")
+    for script in sorted(glob.glob(os.path.join(perf, "bench_*.py"))):
+        proc = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+        assert proc.returncode == 0 and "--quick" in proc.stdout, script
+    assert cli.main(["bench", "nope"]) == 2
+    assert "no benchmark named nope; there are ad, arrays, compile" in capsys.readouterr().out
+
+
+def test_bench_cuda_without_a_gpu_says_why_and_passes():
+    proc = subprocess.run([sys.executable, "perf/bench_cuda.py", "--quick"], capture_output=True,
+                          text=True, env={**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"})
+    assert proc.returncode == 0 and "bench_cuda: skipped" in proc.stdout

@@ -54,6 +54,28 @@ class MapGrad:
         ``cuda.compile_ptx(kernel.py_func, ...)`` on a machine without a GPU."""
         return self._kernel(tuple(element_types))[0]
 
+    def ptx(self, *element_types, cc=(9, 0)):
+        """The PTX of the kernel for arrays of these element types (NumPy dtypes, their names,
+        or Numba types), compiled for compute capability ``cc``. Needs no GPU and no driver
+        (NVVM from the ``cuda`` extra's wheels): for checking, in CI, that device code compiles.
+        """
+        if glue.SIMULATOR:
+            raise RuntimeError("map_grad(...).ptx needs numba-cuda's compiler, which "
+                               "NUMBA_ENABLE_CUDASIM=1 replaces; run it without the simulator")
+        from numba.np.numpy_support import from_dtype
+        from numba.core import types as nbtypes
+        eltypes = tuple(t if isinstance(t, nbtypes.Type) else from_dtype(np.dtype(t))
+                        for t in element_types)
+        undo = glue.set_compute_capability_for_compiles(cc)   # no device to ask for its cc
+        try:
+            kernel, nums, _ = self._kernel(eltypes)
+            arrays = tuple(nbtypes.Array(t, 1, "C") for t in eltypes)
+            argtypes = tuple(arrays[i] for i in nums) + (nbtypes.int64[::1],) + arrays
+            ptx, _ = glue.cuda.compile_ptx(kernel.py_func, argtypes, cc=tuple(cc))
+        finally:
+            undo()
+        return ptx
+
     def _kernel(self, eltypes):
         hit = self._kernels.get(eltypes)
         if hit is not None and hit[1].alive:
