@@ -191,8 +191,10 @@ def bench(quick, names=(), out=print):
         rc = subprocess.call([sys.executable, script] + (["--quick"] if quick else []), env=env)
         if rc != 0:
             failed.append(f"{name} (exit {rc})")
+    n = len(scripts)
     out("\n" + (f"failed: {', '.join(failed)}" if failed else
-                f"ran {len(scripts)} benchmarks; peers that are not installed are skipped with a note"))
+                f"ran {n} benchmark{'s' * (n != 1)}; peers that are not installed (and a missing "
+                f"GPU) are skipped with a note"))
     return 1 if failed else 0
 
 

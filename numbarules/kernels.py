@@ -376,7 +376,7 @@ def _generated_rule(rule, name, argtypes, ns):
         grads = [f"_dout * _p[{i}]" if analysis.is_float(t) else "None"
                  for i, t in enumerate(argtypes)]
     else:
-        grads = [("0.0" if analysis.is_float(t) else f"_np.zeros_like(a{i})"
+        grads = [("0.0" if analysis.is_float(t) else f"_zeros_like(a{i})"
                   if analysis.is_float_array(t) else "None") for i, t in enumerate(argtypes)]
     lines.append(f"    return {tup(grads)}")
     return fwd, "\n".join(lines) + "\n"

@@ -260,8 +260,11 @@ def test_bench_command_runs_every_script_and_reports_failures(tmp_path, monkeypa
     (perf / "bench_bad.py").write_text("raise SystemExit(3)\n")
     monkeypatch.setattr(cli, "perf_directory", lambda: str(perf))
     lines = []
-    assert cli.bench(True, lines.append) == 1
+    assert cli.bench(True, out=lines.append) == 1
     assert "\n=== bench_ok.py --quick" in lines and "failed: bench_bad.py (exit 3)" in lines[-1]
+    lines.clear()
+    assert cli.bench(False, ["ok"], out=lines.append) == 0          # by name
+    assert lines[0] == "\n=== bench_ok.py" and "ran 1 benchmark;" in lines[-1]
     monkeypatch.undo()
     assert cli.perf_directory() == os.path.join(ROOT, "perf")
 

@@ -298,11 +298,8 @@ class _Gen:
             inits = [f"_tape_{k} = _cuda.local.array({self.device}, _np.{_TAPE_DTYPES[k]})"
                      for k in sorted(self.tapes)]
         else:
-            # np.dtype(...) and np.intp(0), not np.float64 and 0: the same argument types as
-            # _reserve's own calls, so that Numba compiles np.empty and _reserve once per dtype
-            # (a class argument, or a literal 0, is another signature: another compile).
-            inits = [f"_tape_{k} = _np.empty(16, _np.dtype('{_TAPE_DTYPES[k]}'))"
-                     for k in sorted(self.tapes)]
+            # _tape(16, dtype) is np.empty, inlined (runtime.py: no compile of its own)
+            inits = [f"_tape_{k} = _tape(16, _np.{_TAPE_DTYPES[k]})" for k in sorted(self.tapes)]
         # typed by the rule's residual type, not by the first append: Numba may prune the
         # branch holding the append
         for name in sorted(self.rule_lists):
@@ -312,8 +309,7 @@ class _Gen:
             else:
                 self.tangent_classes[f"_T{name}"] = t
                 inits.append(f"{name} = _List.empty_list(_T{name})")
-        zero = "0" if self.device is not None else "_np.intp(0)"
-        return inits + [f"_k_{k} = {zero}" for k in sorted(self.tapes)]
+        return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
 
     def push(self, out, value, t, reserved, s=None):
         if self.fusing:
@@ -534,7 +530,7 @@ class _Gen:
             return self.zero(t)
         if is_float_array(t):
             reads.add(root)
-            return f"_np.zeros_like({path})"
+            return f"_zeros_like({path})"
         if is_aggregate(t):
             return self.aggregate_of(t, [self.tangent_zero(e, f"{path}[{k}]", reads, root)
                                          for k, e in enumerate(t)])
@@ -561,7 +557,7 @@ class _Gen:
             if v in self.sourced or v in self.forwarded:
                 continue        # bound below / assigned by its single reader
             if plan.alias_of.get(v, v) == v:
-                header.append(f"{d(v)} = _np.zeros_like({v})")
+                header.append(f"{d(v)} = _zeros_like({v})")
                 reads.add(v)
         # Then in program order, each bound to its source's adjoint so that writes through either
         # array reach both: aliases and views (a view to the same view of it), the fields and
@@ -625,7 +621,7 @@ class _Gen:
             elif is_aggregate(t):
                 tangents.append(self.tangent_zero(t, p, reads, p))
             elif is_float_array(t):
-                tangents.append(f"_np.zeros_like({p})")
+                tangents.append(f"_zeros_like({p})")
                 reads.add(p)
             else:
                 tangents.append(self.zero(t))
@@ -746,7 +742,7 @@ class _Gen:
         self.stmt_rev_body(s, out)
         for name in sorted(out.fresh):   # the reader made no contribution: it is zero
             var = self.names.primal_of(name)
-            zero = f"_np.zeros_like({var})" if is_float_array(self.types.get(var)) else "0.0"
+            zero = f"_zeros_like({var})" if is_float_array(self.types.get(var)) else "0.0"
             if zero != "0.0":
                 out.read(var)
             out.add(f"{name} = {zero}")
