@@ -1020,3 +1020,44 @@ def test_views_taken_in_loops():
     with pytest.raises(nr.UnsupportedSyntaxError, match="writing into 'z'.*expand_dims"):
         nr.grad(writes_into_expand_dims)(np.ones(3))
     np.testing.assert_array_equal(nr.grad(clipped_at_infinity)(np.ones(2)), [2.0, 2.0])
+
+
+def _taped_loop(x, n):
+    # overwrites s each step (saved on a tape that grows from 16 entries several times) and
+    # reads an array (its adjoint starts as zeros)
+    s = 0.0
+    for i in range(n):
+        s = math.sin(s + x[i % x.shape[0]]) * 1.01
+    return s
+
+
+def test_tapes_and_zero_adjoints_free_what_they_allocate():
+    # Tapes and adjoint zeros are allocated by intrinsics that build NRT arrays by hand
+    # (runtime._tape, _reserve, _zeros_like): a wrong reference count leaks or frees twice.
+    from numba.core.runtime import _nrt_python as _nrt
+    from numba.core.runtime import rtsys
+    x = np.linspace(0.1, 0.9, 7)
+    g = nr.grad(_taped_loop)
+    expected = g(x, 300)
+    check_grad(_taped_loop, x, 300)
+    y, pb = nr.pullback(_taped_loop, x, 300)
+    pb(1.0)
+    del pb
+    was_on = _nrt.memsys_stats_enabled()
+    _nrt.memsys_enable_stats()
+    try:
+        before = rtsys.get_allocation_stats()
+        for _ in range(20):
+            np.testing.assert_array_equal(g(x, 300), expected)
+            y, pb = nr.pullback(_taped_loop, x, 300)
+            np.testing.assert_allclose(pb(1.0)[0], expected, rtol=1e-12)
+            del pb
+        after = rtsys.get_allocation_stats()
+    finally:
+        if not was_on:
+            _nrt.memsys_disable_stats()
+    allocated = after.alloc - before.alloc
+    freed = after.free - before.free
+    assert allocated > 20 * 4                    # tapes grew: 16, 32, ..., 512 entries
+    assert allocated == freed, (allocated, freed)
+    assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free
