@@ -56,7 +56,8 @@ class Gradient:
 
     def _install(self):
         """Make calls from Python jump into the compiled entry for ``f``'s arities now."""
-        cache.install_entry(self, _arities(self.f), lambda a: None, Gradient._resolve_entry)
+        cache.install_entry(self, _arities(self.f), lambda a: None, Gradient._resolve_entry,
+                            pick=None if self.with_value else 1)
         type(self).__call__ = staticmethod(_entry(self, type(self).__call__))
 
     @property
@@ -82,7 +83,12 @@ class Gradient:
     def _driver(self, argtypes, entry=False):
         """The compiled driver at ``argtypes``. Compiled callers get one that links the vjp (a
         fused vjp inlines into their loops); the Python entry one that calls the kernels by
-        their symbols, so that each kernel's machine code is generated once (cache.Unlinked)."""
+        their symbols, so that each kernel's machine code is generated once (cache.Unlinked).
+
+        The entry's driver returns (value, gradients) for grad and value_and_grad alike (the
+        grad entry picks the gradients), and is shared through the AD specialization: after
+        ``nr.grad(f)``, ``nr.value_and_grad(f)`` with the same argnums compiles only its entry.
+        """
         found = self._drivers.get((argtypes, entry))
         if found is not None and found[1].alive:
             return found[0]
@@ -92,8 +98,16 @@ class Gradient:
         target, decisions = kernels.target_for(self.f, argtypes)
         spec = kernels.specialize(target, argtypes, mask, self.boundscheck)
         kernels.check_differentiable_output(spec)
-        node = cache.engine_node(f"{self.__qualname__} driver", decisions, [spec.node],
-                                 lambda: self._drivers.pop((argtypes, entry), None))
+        with_value = self.with_value or entry
+        if entry:
+            shared = spec.entry_drivers.get(self.argnums)
+            if shared is not None and shared[1].alive:
+                self._drivers[(argtypes, entry)] = shared
+                return shared[0]
+            drop = lambda: spec.entry_drivers.pop(self.argnums, None)      # noqa: E731
+        else:
+            drop = lambda: self._drivers.pop((argtypes, entry), None)      # noqa: E731
+        node = cache.engine_node(f"{self.__qualname__} driver", decisions, [spec.node], drop)
         params = ", ".join(f"a{i}" for i in range(len(argtypes)))
         sep = ", " if params else ""
         ns = {"_seed": _one(spec.return_type), "__name__": cache.GENERATED}
@@ -121,7 +135,7 @@ class Gradient:
             value, grad = "_r[0]", lambda i: f"_r[{i + 1}]"
         grads = (grad(nums[0]) if isinstance(self.argnums, int)
                  else "(" + "".join(f"{grad(i)}, " for i in nums) + ")")
-        result = f"{value}, {grads}" if self.with_value else grads
+        result = f"{value}, {grads}" if with_value else grads
         src = f"def {self.__name__}({params}):\n{body}    return {result}\n"
         if whole:
             src = src.replace("\n", f"\n    # {self.__qualname__}: the forward and reverse of "
@@ -132,6 +146,8 @@ class Gradient:
                            options={"boundscheck": True} if self.boundscheck else None,
                            persist=None if entry else ("driver", self), python=False)
         self._drivers[(argtypes, entry)] = (disp, node)
+        if entry:
+            spec.entry_drivers[self.argnums] = (disp, node)
         return disp
 
 

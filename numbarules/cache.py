@@ -484,7 +484,7 @@ class Unlinked:
         return Unlinked(disp, lambda d, context, argtypes: d)
 
 
-def install_entry(owner, arities, check, resolve):
+def install_entry(owner, arities, check, resolve, pick=None):
     """Make ``owner(...)`` a direct call of an njit dispatcher whose body calls ``owner``.
 
     Numba's C dispatcher then does the type lookup and the jump, so a call costs about what a
@@ -492,16 +492,18 @@ def install_entry(owner, arities, check, resolve):
     signature costs ~70 ns more per call in Numba's argument folding). ``check(args)`` runs on
     the first call with new types, before compiling: it raises our own errors (NoMethodError).
     The entry calls ``owner`` unlinked (``Unlinked``), through ``resolve(owner, context,
-    argtypes)`` and ``owner._nr_node_for``.
+    argtypes)`` and ``owner._nr_node_for``; with ``pick`` it returns that item of the result
+    (``nr.grad`` shares ``nr.value_and_grad``'s compiled code and returns its item 1).
     """
     old = owner.__dict__.get("_nr_trampoline")
     if old is not None:
         invalidate(list(_nodes_of(old).values()))
+    item = "" if pick is None else f"[{pick}]"
     if len(arities) == 1:
         params = ", ".join(f"a{i}" for i in range(arities[0]))
-        src = f"def {owner.__name__}({params}):\n    return _f({params})\n"
+        src = f"def {owner.__name__}({params}):\n    return _f({params}){item}\n"
     else:
-        src = f"def {owner.__name__}(*args):\n    return _f(*args)\n"
+        src = f"def {owner.__name__}(*args):\n    return _f(*args){item}\n"
     ns = {}
     callee = Unlinked(owner, resolve,
                       None if isinstance(owner, GenericFunction) else

@@ -47,6 +47,7 @@ class Spec:
         self.waiters = []           # namespaces to give our kernels once they exist
         self.node = None
         self.calls = []             # what each differentiated call resolved to (nr.explain)
+        self.entry_drivers = {}     # argnums -> (dispatcher, node): Python entries' drivers
 
     def __repr__(self):
         return f"<AD specialization {self.name}>"
