@@ -515,7 +515,9 @@ class Generator:
                 (0.5, lambda: T("math", f"math.acos(0.9 * {B()})")),
                 (0.5, lambda: T("math", f"math.erf({F()})")),
                 (0.3, lambda: T("math", f"math.fabs({F()})")),
-                (0.3, lambda: T("math", f"math.floor({F()})")),
+                # float(): math.floor returns an int (in Python and in Numba), and a float
+                # expression may become a Float64 struct field
+                (0.3, lambda: T("math", f"float(math.floor({F()}))")),
                 (1, lambda: T("abs", f"abs({F()})")),
                 (1, lambda: T("min/max", f"min({F()}, {F()})")),
                 (1, lambda: T("min/max", f"max({F()}, {F()})")),
