@@ -12,8 +12,9 @@ import dataclasses
 import inspect
 import itertools
 import linecache
-import re
 import math
+import re
+import threading
 import weakref
 
 import numpy as np
@@ -32,6 +33,14 @@ _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_li
 # in its table "_nr_ad": (argtypes, mask, bounds) -> Spec; _LIVE enumerates them.
 _LIVE = registry.Alive()
 _ids = itertools.count(1)
+_BUILD = threading.local()   # .stack: specializations being built in this thread, outermost first
+
+
+def _building():
+    stack = getattr(_BUILD, "stack", None)
+    if stack is None:
+        stack = _BUILD.stack = []
+    return stack
 
 
 class Spec:
@@ -138,6 +147,8 @@ def specialize(target, argtypes, mask, bounds=False):
                                for t in tangent_types(argtypes, mask))
     spec.argtypes = tuple(argtypes)
     what = repr(target) if isinstance(target, rules.Rule) else getattr(func, "__qualname__", name)
+    building = _building()
+    building.append(spec)
     try:
         with profile.session(), profile.kernel(f"AD transform of {what}",
                                                profile.readable_signature(argtypes)):
@@ -148,6 +159,8 @@ def specialize(target, argtypes, mask, bounds=False):
     except BaseException:
         spec.drop()
         raise
+    finally:
+        building.pop()
     return spec
 
 
@@ -510,8 +523,13 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         _bind(ns, callee)
     elif callee is not spec:
         callee.waiters.append(ns)     # mutual recursion: bound once the callee is built
-    if not callee.ready or getattr(callee, "recursive", False):
-        spec.recursive = True
+    building = _building()
+    if not callee.ready and callee in building:
+        # A call back into a specialization still being built: every one from it to this one
+        # is on the cycle (recursive). Callers of a recursive function are not: they get the
+        # one-kernel gradient and unlinked calls like any other.
+        for member in building[building.index(callee):]:
+            member.recursive = True
     if callee.node is not None:
         callees.append(callee.node)
     mask = tuple(m and t is not None for m, t in zip(arg_mask, callee.tangent_kinds))

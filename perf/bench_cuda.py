@@ -158,6 +158,13 @@ def main(argv=None):
     x = rng.uniform(-2.0, 2.0, args.n)
     c = rng.uniform(0.1, 0.5, args.n)
     t_nr, g_nr = bench_numbarules(x, c, args.repeats)
+    # self-check before any peer: the device gradients against numbarules' CPU gradient
+    import numbarules as nr
+    k = min(200, args.n)
+    cpu = np.array([nr.grad(oscillator)(x[i], c[i]) for i in range(k)])
+    if not np.allclose(g_nr[:k], cpu, rtol=1e-9, atol=1e-12):
+        print("bench_cuda: map_grad disagrees with the CPU gradient; nothing timed is valid")
+        return 1
     rows = [("numbarules map_grad", t_nr, "")]
     for name, bench in (("jax vmap(grad)", bench_jax), ("torch.func vmap(grad)", bench_torch)):
         t, g = bench(x, c, args.repeats)

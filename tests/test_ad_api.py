@@ -345,3 +345,36 @@ def test_pullback_fills_defaults_and_returns_a_tangent_per_argument_passed():
     assert y == 6.0 and pb(1.0) == (2.0,)
     y, pb = nr.pullback(_scaled, 3.0, 5.0)
     assert y == 15.0 and pb(1.0) == (5.0, 3.0)
+
+
+def _down(a, n):
+    if n == 0:
+        return a
+    return _up(a * 1.1, n - 1) + math.sin(a)
+
+
+def _up(a, n):
+    if n == 0:
+        return a * a
+    return _down(a - 0.2, n - 1) * 0.9
+
+
+def _calls_recursion(x, n):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    return s + _down(x[0], n)
+
+
+def test_a_caller_of_a_recursive_function_gets_the_one_kernel_gradient():
+    # Only the functions on a recursion cycle keep the forward/pullback pair (Numba types the
+    # recursion through them); their callers compile the gradient as one kernel.
+    x = np.array([0.3, -0.7, 1.1])
+    nr.compile_stats(reset=True)
+    g = nr.grad(_calls_recursion)(x, 5)
+    labels = [k.label for k in nr.compile_stats().kernels]
+    assert not any(label.startswith("_calls_recursion (") for label in labels), labels
+    assert any(label.startswith("_down (") for label in labels), labels    # on the cycle
+    check_grad(_calls_recursion, x, 5)
+    fd = (_calls_recursion(x + [1e-6, 0, 0], 5) - _calls_recursion(x - [1e-6, 0, 0], 5)) / 2e-6
+    assert abs(g[0] - fd) < 1e-6 * max(1.0, abs(fd))
