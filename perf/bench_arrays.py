@@ -1,5 +1,6 @@
 """Array programs: numbarules' value_and_grad against hand-written adjoints (and JAX / PyTorch when
-installed), all measured in the same run. Target: within 1.5x of the fastest.
+installed), all measured in the same run, every side with one BLAS thread. Target: within 1.5x
+of the fastest.
 
 - row-wise logsumexp over a 2000 x 2000 matrix, written with loops;
 - a two-layer MLP loss, X 4096x256, W1 256x256, W2 256x1, tanh, mean squared output, written with
@@ -10,12 +11,23 @@ Run: python perf/bench_arrays.py [--quick]
 
 import argparse
 import math
+import os
 import time
 
-import numba
-import numpy as np
+if __name__ == "__main__":
+    # One BLAS thread on every side, set before NumPy loads its BLAS. With two threads each, the
+    # side whose BLAS threads wait for a core the machine gives to something else is 3-6x
+    # slower in bursts (24 ms scheduler slices): the quick MLP row once read "hand-written
+    # 96 ms, numbarules 2.9 ms" on a 2-core machine running other work.
+    for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
+                                       "intra_op_parallelism_threads=1")
 
-import numbarules as nr
+import numba        # noqa: E402
+import numpy as np  # noqa: E402
+
+import numbarules as nr  # noqa: E402
 
 
 def lse_rows(X):
@@ -105,6 +117,7 @@ def _peers(name, args):
         notes.append("jax not installed: skipped")
     try:
         import torch
+        torch.set_num_threads(1)
 
         def run_torch(*a):
             ts = [torch.tensor(x, requires_grad=(k > 0 or name != "mlp")) for k, x in enumerate(a)]
