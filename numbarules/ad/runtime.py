@@ -11,9 +11,9 @@ import numba
 import numba.typed
 import numpy as np
 from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
-from numba.np.arrayobj import _empty_nd_impl, make_array
+from numba.extending import overload
+
+from .. import numba_glue
 
 
 @numba.njit(inline="always")
@@ -27,81 +27,13 @@ def _trip(start, stop, step):
     return n if n > 0 else 0
 
 
-# The tapes' helpers and the adjoints' zeros are intrinsics: Numba emits them inline in the
-# kernel that calls them. As @njit functions or @overloads (np.empty, np.zeros_like, a copy
-# loop, max) each was a dispatcher of its own, compiled per type and per process before the
-# first gradient: 0.4-0.6 s of a 1 s first gradient (docs/numba-internals.md, "What compiling
-# costs"). Numba's own allocation helper (the one np.empty lowers to) builds the arrays.
-
-@intrinsic
-def _tape(typingctx, capacity, dtype):
-    """``np.empty(capacity, dtype)``: a new tape (``dtype`` a NumPy scalar class, ``_np.float64``)."""
-    eltype = getattr(dtype, "instance_type", None)
-    if not isinstance(eltype, (types.Number, types.Boolean)):
-        return None
-    result = types.Array(eltype, 1, "C")
-
-    def codegen(context, builder, sig, args):
-        n = context.cast(builder, args[0], sig.args[0], types.intp)
-        return _empty_nd_impl(context, builder, result, [n])._getvalue()
-    return result(capacity, dtype), codegen
-
-
-@intrinsic
-def _reserve(typingctx, buf, used, more):
-    """A tape with room for ``more`` pushes after ``used``: ``buf`` itself when it has room,
-    else a copy of its first ``used`` entries in one of twice the capacity (or ``used + more``
-    when that is more): grows at most once per loop entry."""
-    if not (isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C"):
-        return None
-
-    def codegen(context, builder, sig, args):
-        aty = sig.args[0]
-        value, used, more = args
-        used = context.cast(builder, used, sig.args[1], types.intp)
-        more = context.cast(builder, more, sig.args[2], types.intp)
-        old = make_array(aty)(context, builder, value=value)
-        capacity = builder.extract_value(old.shape, 0)
-        need = builder.add(used, more)
-        out = cgutils.alloca_once(builder, value.type)
-        with builder.if_else(builder.icmp_signed("<=", need, capacity), likely=True) as (
-                fits, grows):
-            with fits:
-                context.nrt.incref(builder, aty, value)     # returned: a new reference
-                builder.store(value, out)
-            with grows:
-                doubled = builder.mul(capacity, capacity.type(2))
-                size = builder.select(builder.icmp_signed(">", doubled, need), doubled, need)
-                new = _empty_nd_impl(context, builder, aty, [size])
-                cgutils.raw_memcpy(builder, new.data, old.data, used,
-                                   context.get_abi_sizeof(context.get_data_type(aty.dtype)))
-                builder.store(new._getvalue(), out)
-        return builder.load(out)
-    return buf(buf, used, more), codegen
-
-
-@intrinsic
-def _zeros_like(typingctx, a):
-    """``np.zeros_like(a)`` for an array ``a``, emitted inline in the kernel that calls it.
-
-    Every adjoint array starts as this. ``np.zeros_like`` itself is three @overload
-    implementations (zeros_like, empty_like, _zero_fill), each a dispatcher compiled on its own,
-    per array type and per process: about 0.4 s before the first gradient of each new array
-    type (docs/numba-internals.md, "What compiling costs"). Numba's allocation helper plus a
-    memset here cost nothing extra to compile. The result type is ``np.zeros_like``'s: the
-    same layout (C for a non-contiguous ``a``), writable.
-    """
-    if not isinstance(a, types.Array):
-        return None
-    result = a.copy(layout=a.layout if a.layout in "CF" else "C", readonly=False)
-
-    def codegen(context, builder, sig, args):
-        src = make_array(sig.args[0])(context, builder, value=args[0])
-        shapes = cgutils.unpack_tuple(builder, src.shape, count=sig.args[0].ndim)
-        out = _empty_nd_impl(context, builder, sig.return_type, shapes)
-        cgutils.memset(builder, out.data, builder.mul(out.itemsize, out.nitems), 0)
-        return out._getvalue()
-    return result(a), codegen
+# The tapes' helpers and the adjoints' zeros are intrinsics Numba emits inline in the kernel
+# that calls them (numba_glue, "intrinsics the generated kernels call"): as NumPy calls, @njit
+# helpers or @overloads each was a dispatcher compiled per type and per process before the first
+# gradient (docs/numba-internals.md, "What compiling costs").
+_tape = numba_glue.new_tape              # _tape(16, _np.float64): np.empty(16, np.float64)
+_reserve = numba_glue.reserve_tape       # _reserve(t, used, more): t, or a copy twice as long
+_zeros_like = numba_glue.zeros_like      # _zeros_like(x): np.zeros_like(x)
 
 
 @numba.njit
