@@ -36,7 +36,7 @@ from numba.core.typed_passes import NopythonTypeInference
 from numba import typeof as numba_typeof
 from numba.core.typing.templates import AbstractTemplate
 from numba.extending import intrinsic as numba_intrinsic
-from numba.np.arrayobj import _empty_nd_impl, make_array
+from numba.np.arrayobj import make_array, populate_array
 
 #: numbarules and Numba compile under one lock. Taking two locks in either order would deadlock
 #: when one thread compiles (Numba's lock, then ours from inside typing) while another adds a
@@ -786,7 +786,32 @@ def readable_type(t, depth=0):
 # codegen runs inside the caller's lowering and compiles nothing of its own, where np.empty,
 # np.zeros_like (three @overloads), np.dtype(...) and max(...) were each a dispatcher compiled
 # per type and per process (docs/numba-internals.md, "What compiling costs"). The arrays are
-# built by Numba's own allocation helper, the one np.empty lowers to.
+# allocated with the NRT directly: Numba's own helper (arrayobj._empty_nd_impl) goes through a
+# class-method overload, `_ol_array_allocate`, compiled once per process (30-70 ms that a first
+# gradient paid and the njit primal, which allocates nothing, did not).
+
+
+def _new_array(context, builder, arrtype, shapes):
+    """A new, uninitialised NRT array of ``arrtype`` (layout C or F) with these dimension sizes
+    (LLVM intp values, not negative: they come from existing arrays and tape capacities)."""
+    intp = context.get_value_type(types.intp)
+    itemsize = context.get_abi_sizeof(context.get_data_type(arrtype.dtype))
+    strides, step = [], intp(itemsize)
+    for n in (reversed(shapes) if arrtype.layout == "C" else shapes):
+        strides.append(step)
+        step = builder.mul(step, n)           # after the loop: the size in bytes
+    if arrtype.layout == "C":
+        strides.reverse()
+    align = context.get_preferred_array_alignment(arrtype.dtype)
+    meminfo = context.nrt.meminfo_alloc_aligned(builder, step, align)
+    with builder.if_then(cgutils.is_null(builder, meminfo), likely=False):
+        context.call_conv.return_user_exc(builder, MemoryError, ("cannot allocate an array",))
+    data = context.nrt.meminfo_data(builder, meminfo)
+    ary = make_array(arrtype)(context, builder)
+    populate_array(ary, data=builder.bitcast(data, context.get_data_type(arrtype.dtype)
+                                             .as_pointer()),
+                   shape=list(shapes), strides=strides, itemsize=intp(itemsize), meminfo=meminfo)
+    return ary
 
 @numba_intrinsic
 def new_tape(typingctx, capacity, dtype):
@@ -798,7 +823,7 @@ def new_tape(typingctx, capacity, dtype):
 
     def codegen(context, builder, sig, args):
         n = context.cast(builder, args[0], sig.args[0], types.intp)
-        return _empty_nd_impl(context, builder, result, [n])._getvalue()
+        return _new_array(context, builder, result, [n])._getvalue()
     return result(capacity, dtype), codegen
 
 
@@ -827,7 +852,7 @@ def reserve_tape(typingctx, buf, used, more):
             with grows:
                 doubled = builder.mul(capacity, capacity.type(2))
                 size = builder.select(builder.icmp_signed(">", doubled, need), doubled, need)
-                new = _empty_nd_impl(context, builder, aty, [size])
+                new = _new_array(context, builder, aty, [size])
                 cgutils.raw_memcpy(builder, new.data, old.data, used,
                                    context.get_abi_sizeof(context.get_data_type(aty.dtype)))
                 builder.store(new._getvalue(), out)
@@ -842,8 +867,8 @@ def zeros_like(typingctx, a):
     Every adjoint array starts as this. ``np.zeros_like`` itself is three @overload
     implementations (zeros_like, empty_like, _zero_fill), each a dispatcher compiled on its own,
     per array type and per process: about 0.4 s before the first gradient of each new array
-    type (docs/numba-internals.md, "What compiling costs"). Numba's allocation helper plus a
-    memset here cost nothing extra to compile. The result type is ``np.zeros_like``'s: the
+    type (docs/numba-internals.md, "What compiling costs"). An NRT allocation plus a memset
+    here cost nothing extra to compile. The result type is ``np.zeros_like``'s: the
     same layout (C for a non-contiguous ``a``), writable.
     """
     if not isinstance(a, types.Array):
@@ -853,7 +878,7 @@ def zeros_like(typingctx, a):
     def codegen(context, builder, sig, args):
         src = make_array(sig.args[0])(context, builder, value=args[0])
         shapes = cgutils.unpack_tuple(builder, src.shape, count=sig.args[0].ndim)
-        out = _empty_nd_impl(context, builder, sig.return_type, shapes)
+        out = _new_array(context, builder, sig.return_type, shapes)
         cgutils.memset(builder, out.data, builder.mul(out.itemsize, out.nitems), 0)
         return out._getvalue()
     return result(a), codegen

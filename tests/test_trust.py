@@ -1061,3 +1061,24 @@ def test_tapes_and_zero_adjoints_free_what_they_allocate():
     assert allocated > 20 * 4                    # tapes grew: 16, 32, ..., 512 entries
     assert allocated == freed, (allocated, freed)
     assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free
+
+
+def test_the_zeros_intrinsic_is_numbas_zeros_like():
+    # Every adjoint array starts as numba_glue.zeros_like, an intrinsic that allocates with the
+    # NRT by hand: same shape, strides, dtype and Numba type as Numba's own np.zeros_like.
+    from numbarules import numba_glue
+
+    @numba.njit
+    def ours(a):
+        return numba_glue.zeros_like(a)
+
+    @numba.njit
+    def numbas(a):
+        return np.zeros_like(a)
+
+    for a in (np.ones((3, 4)), np.asfortranarray(np.ones((3, 4))), np.ones((3, 4))[:, ::2],
+              np.ones(5)[::-1], np.ones((2, 3, 4)).transpose(2, 0, 1), np.ones((0, 3)),
+              np.ones((3, 4), np.float32), np.ones(7, np.int64)):
+        r, e = ours(a), numbas(a)
+        assert (r.shape, r.strides, r.dtype) == (e.shape, e.strides, e.dtype), a.shape
+        assert numba.typeof(r) == numba.typeof(e) and not r.any()
