@@ -530,6 +530,8 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         # one-kernel gradient and unlinked calls like any other.
         for member in building[building.index(callee):]:
             member.recursive = True
+    elif not callee.ready:
+        spec.recursive = True           # built by another thread right now: keep it linked
     if callee.node is not None:
         callees.append(callee.node)
     mask = tuple(m and t is not None for m, t in zip(arg_mask, callee.tangent_kinds))
