@@ -259,7 +259,9 @@ def _typed(spec, fn, ns, argtypes):
     primal = _exec(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
     numba_glue.pending_errors().clear()
     try:
-        return numba_glue.infer_types(primal, argtypes)
+        # the flags of the gradient's one kernel (api.Gradient._driver: no wrappers)
+        return numba_glue.infer_types(primal, argtypes, _with_bounds(
+            {"no_cfunc_wrapper": True, "no_cpython_wrapper": True}, spec.bounds))
     except numba_glue.NumbaError as exc:
         text = numba_glue.error_text(exc)
         line = _user_line(spec.primal_source, text) or fn.firstline

@@ -24,6 +24,7 @@ import weakref
 from numba.core import cgutils, compiler, errors, funcdesc, ir, types, typing
 from numba.core import event as numba_event
 from numba.core.compiler_lock import global_compiler_lock
+from numba.core.targetconfig import ConfigStack
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.extending import NativeValue, models, register_model, unbox
 from numba.core.imputils import lower_builtin, lower_constant
@@ -574,16 +575,21 @@ def pending_errors():
     return stack
 
 
-def infer_types(py_func, argtypes):
+def infer_types(py_func, argtypes, options=None):
     """Numba's types for every variable of ``py_func`` at ``argtypes``, without compiling it.
 
     Type inference runs without SSA reconstruction, so each variable has one (unified) type
-    under its own name.
+    under its own name. It runs under the flags a dispatcher with target ``options`` would
+    compile with: the NumPy and builtin overloads it types are compiled then, and Numba caches
+    them per caller's flags (docs/numba-internals.md), so the kernel compiled with those options
+    reuses them instead of compiling each once more.
     """
     typing_ctx, target_ctx = cpu_target.typing_context, cpu_target.target_context
     typing_ctx.refresh()
     target_ctx.refresh()
-    with LOCK:
+    flags = compiler.Flags()
+    cpu_target.options.parse_as_flags(flags, dict({"nopython": True}, **(options or {})))
+    with LOCK, ConfigStack().enter(flags):
         func_ir = compiler.run_frontend(py_func)
         result = typed_passes.type_inference_stage(typing_ctx, target_ctx, func_ir,
                                                    tuple(argtypes), None)
