@@ -787,7 +787,7 @@ def readable_type(t, depth=0):
     return text if len(text) <= 48 else text[:45] + "..."
 
 
-# --- 6. intrinsics the generated kernels call ------------------------------------------------------
+# --- 6. intrinsics the generated kernels call ---------------------------------------------
 # Tapes, tape growth and zero adjoints, emitted inline in the calling kernel: an intrinsic's
 # codegen runs inside the caller's lowering and compiles nothing of its own, where np.empty,
 # np.zeros_like (three @overloads), np.dtype(...) and max(...) were each a dispatcher compiled
@@ -821,7 +821,8 @@ def _new_array(context, builder, arrtype, shapes):
 
 @numba_intrinsic
 def new_tape(typingctx, capacity, dtype):
-    """``np.empty(capacity, dtype)``: a new tape (``dtype`` a NumPy scalar class, ``_np.float64``)."""
+    """``np.empty(capacity, dtype)``: a new tape (``dtype`` a NumPy scalar class:
+    ``_np.float64``)."""
     eltype = getattr(dtype, "instance_type", None)
     if not isinstance(eltype, (types.Number, types.Boolean)):
         return None

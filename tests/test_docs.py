@@ -21,8 +21,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
-                              if f.endswith(".md"))
+DOCS = ["README.md"] + sorted(os.path.join("docs", f)
+                              for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
 NO_SIM = "<!-- docs-test: no simulator -->"
 SETUP = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
 

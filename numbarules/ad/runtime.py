@@ -86,7 +86,8 @@ def no_value(message, fire):
     return 0.0
 
 
-HELPERS = {"_List": numba.typed.List, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_trip": _trip, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
+HELPERS = {"_List": numba.typed.List, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
+           "_trip": _trip, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
            "_push_view": _push_view, "_zeros_like": _zeros_like, "_np": np}
 
 
