@@ -457,9 +457,10 @@ class Generator:
     def pos(self, ctx, depth):
         """A float expression bounded below by about 0.5."""
         a = self.fexpr(ctx, depth)
-        return self.pick([
-            (2, f"(1.0 + {a} * {a})"), (2, f"(2.0 + math.sin({a}))"),
-            (1, f"(1.5 + math.tanh({a}))"), (1, f"({a} * {a} + 0.5)"),
+        sq = f"{a} * {a}" if re.fullmatch(r"[\w.\[\], ]+", a) else f"({a}) * ({a})"
+        return self.pick([       # (a) * (a): a - b * a - b is not a square (seed 20261215 #78)
+            (2, f"(1.0 + {sq})"), (2, f"(2.0 + math.sin({a}))"),
+            (1, f"(1.5 + math.tanh({a}))"), (1, f"({sq} + 0.5)"),
             (1, f"math.exp(math.sin({a}))"), (1, f"(3.0 + math.cos({a}))")])
 
     def bounded(self, ctx, depth):
