@@ -1082,3 +1082,22 @@ def test_the_zeros_intrinsic_is_numbas_zeros_like():
         r, e = ours(a), numbas(a)
         assert (r.shape, r.strides, r.dtype) == (e.shape, e.strides, e.dtype), a.shape
         assert numba.typeof(r) == numba.typeof(e) and not r.any()
+
+
+_K = np.array([-0.569, 0.162, -0.224, -0.985])
+
+
+def _copies_a_global(x, y):
+    a = _K.copy()               # a method of a module-level array (was: "a call of ndarray.copy")
+    for i in range(4):
+        a[i] *= x[i]
+    a[2] -= y
+    return np.sum(a * a) + a[1] * y + _K.sum() * y
+
+
+def test_a_method_of_a_module_level_array():
+    # found by the fuzzer (seeds 20261208 #107, 20261209 #215, 20261216 #237): refused before
+    x = np.array([0.3, -0.4, 0.9, 1.2])
+    check_grad(_copies_a_global, x, 0.7)
+    y, pb = nr.pullback(_copies_a_global, x, 0.7)
+    np.testing.assert_allclose(pb(1.0)[0], nr.grad(_copies_a_global)(x, 0.7), rtol=1e-12)

@@ -24,7 +24,7 @@ import textwrap
 import numba
 import numpy as np
 
-from ..errors import UnsupportedSyntaxError
+from ..errors import NumbarulesError, UnsupportedSyntaxError
 from ..primitives import arrays
 from . import ir
 
@@ -621,12 +621,24 @@ class _Normalizer:
                                      "Hint: check the spelling.")
         return value
 
+    def global_array(self, node):
+        """Whether ``node`` names a module-level NumPy array (``K`` or ``cfg.K``)."""
+        dotted = _dotted(node)
+        if not dotted or dotted.split(".")[0] in self.locals:
+            return False
+        try:
+            return isinstance(self.resolve_dotted(node, dotted), np.ndarray)
+        except NumbarulesError:
+            return False
+
     def e_Call(self, e, line):
         if any(isinstance(a, ast.Starred) for a in e.args):
             raise self.src.error(e, "a call with *args", _HINT_EXPR)
         fn = e.func
-        if isinstance(fn, ast.Attribute) and not (_dotted(fn) and _dotted(fn).split(".")[0]
-                                                  not in self.locals):
+        if isinstance(fn, ast.Attribute) and (
+                not (_dotted(fn) and _dotted(fn).split(".")[0] not in self.locals)
+                or self.global_array(fn.value)):
+            # a method of a local value, or of a module-level array (K.copy()): not a function
             obj = self.expr(fn.value)
             args = tuple(self.expr(a) for a in e.args)
             if fn.attr in _ARRAY_METHODS and [k.arg for k in e.keywords] in ([], ["axis"]):

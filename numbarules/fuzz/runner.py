@@ -902,7 +902,10 @@ def run(n=100, seed=0, features=None, timeout=120.0, verbose=False, keep=None, s
                         fh.write(res.repro)
                 if verbose:
                     first = res.error.splitlines()[0][:150] if res.error else ""
-                    out(f"[{index:4d}] {res.outcome:8s} {res.seconds:6.1f}s  {first}")
+                    # a refusal outside the README classes this program may get is a failure
+                    outcome = ("refused!" if res.outcome == "refused" and not res.expected
+                               else res.outcome)
+                    out(f"[{index:4d}] {outcome:8s} {res.seconds:6.1f}s  {first}")
     finally:
         for w in workers:
             if w is not None:
