@@ -612,8 +612,17 @@ def _refuse_writes_through_returned_views(spec, fn, types):
             continue
         names = {s.target} | {s.expr.args[k].id for k in positions}
         group = _alias_closure(fn, types, names)
+        view = _derived_from(fn, types, s.target)       # the returned view and views of it
         for w in stores:
-            if w.array in group and (order[id(w)] > order[id(s)] or in_loop[id(w)] & in_loop[id(s)]):
+            if w.array not in group or not (order[id(w)] > order[id(s)]
+                                            or in_loop[id(w)] & in_loop[id(s)]):
+                continue
+            # Writing into the argument is harmless when the view is never read again (a
+            # temporary consumed before the write: np.stack's new axes); a write through the
+            # view itself changes the argument behind the analysis' back.
+            later = [r for r in ir.walk(fn.body)
+                     if order[id(r)] > order[id(w)] or in_loop[id(r)] & in_loop[id(w)]]
+            if w.array in view or any(set(analysis.stmt_reads(r)) & view for r in later):
                 raise UnsupportedSyntaxError(
                     f"writing into '{w.array}', which shares memory with the array "
                     f"{getattr(s.expr.func, '__name__', s.expr.fname)} returned on line {s.line} "
@@ -671,9 +680,35 @@ def _views_returned_by(func, argtypes):
     return tuple(k for k, p in enumerate(fn.params) if p in group)
 
 
+def _derived_from(fn, types, name):
+    """``name`` and every array variable bound to it or to a view of it, transitively."""
+    edges = _alias_edges(fn, types)
+    found, grown = {name}, True
+    while grown:
+        grown = False
+        for a, b in edges:
+            if b in found and a not in found:
+                found.add(a)
+                grown = True
+    return found
+
+
 def _alias_closure(fn, types, names):
     """``names`` and every array variable sharing memory with one of them: copies (``b = a``),
     views, and arrays returned by calls that return a view of an argument."""
+    edges = _alias_edges(fn, types)
+    group, grown = set(names), True
+    while grown:
+        grown = False
+        for a, b in edges:
+            if (a in group) != (b in group):
+                group |= {a, b}
+                grown = True
+    return group
+
+
+def _alias_edges(fn, types):
+    """(a, b) for each array variable ``a`` bound to ``b`` or to memory of ``b``."""
     edges = []
     for s in ir.walk(fn.body):
         if not isinstance(s, ir.Assign) or not analysis.is_array(types.get(s.target)):
@@ -684,14 +719,7 @@ def _alias_closure(fn, types, names):
             edges.append((s.target, analysis.view_base(s.expr, types)))
         elif isinstance(s.expr, ir.Call):
             edges += [(s.target, s.expr.args[k].id) for k in _returned_views(s.expr, types)]
-    group, grown = set(names), True
-    while grown:
-        grown = False
-        for a, b in edges:
-            if (a in group) != (b in group):
-                group |= {a, b}
-                grown = True
-    return group
+    return edges
 
 
 def _namespace(refs):

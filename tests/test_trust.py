@@ -1101,3 +1101,31 @@ def test_a_method_of_a_module_level_array():
     check_grad(_copies_a_global, x, 0.7)
     y, pb = nr.pullback(_copies_a_global, x, 0.7)
     np.testing.assert_allclose(pb(1.0)[0], nr.grad(_copies_a_global)(x, 0.7), rtol=1e-12)
+
+
+def _stacks_then_writes(x, y):
+    a = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        a[i] = x[i] * y
+    z = np.stack((_K, a))           # np.stack takes views of a (new axes) and copies them
+    a[1] = a[1] * 3.0 + y           # a write after: harmless, the views are not read again
+    return np.sum(z * z) + np.sum(a * x)
+
+
+def test_a_write_after_np_stack_is_not_refused():
+    # found by the fuzzer (seeds 20261209 #64, 20261215 #99): "writing into 'a', which shares
+    # memory with the array new_axis returned" (an internal name) refused a correct program
+    x = np.array([0.3, -0.4, 0.9, 1.2])
+    check_grad(_stacks_then_writes, x, 0.7)
+
+
+def _writes_base_then_reads_view(A):
+    B = A.copy()
+    r = first_row(B)
+    B[0, 1] = 2.0 * B[0, 1]         # r sees this write: still refused
+    return np.sum(r * r)
+
+
+def test_a_write_into_the_base_of_a_view_read_later_is_still_refused():
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"(?s)writing into 'B'.*first_row"):
+        nr.grad(_writes_base_then_reads_view)(np.ones((2, 2)) * 0.5)
