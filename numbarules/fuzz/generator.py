@@ -302,6 +302,7 @@ class Generator:
         self.features = tuple(chosen)
         self.used = set()
         self.may_refuse = set()
+        self.returned_early = False
         self.lines = []
         self.helpers = []           # source blocks of local helpers
         self.globals_src = []       # module-level constants
@@ -947,6 +948,7 @@ class Generator:
 
     def s_return(self, ctx):
         self.use("early return" + (" in a loop" if ctx.in_loop else ""))
+        self.returned_early = True      # what follows runs only when no return was taken
         self.emit(ctx, f"if {self.cond(ctx)}:")
         self.emit(ctx.inner(), f"return {self.fexpr(ctx, 2)} + s")
 
@@ -1154,6 +1156,10 @@ class Generator:
             return self.s_accum(ctx)
         expr, shape, contig, tag, base = self.pick(opts)
         self.use("view " + tag)
+        if tag in ("reshape", "ravel") and self.returned_early:
+            # after an early return the rest of the function is a branch for the engine: a
+            # reshape/ravel there is refused like one inside a branch (README)
+            self.may_refuse.add("view in loop or branch")
         self.emit(ctx, f"{name} = {expr}")
         writable = base.writable and tag != "ravel"
         self.declare_array(_Vec(name, shape, contig=contig, writable=writable, local=base.local))
