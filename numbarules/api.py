@@ -334,7 +334,8 @@ def _positional(f, args, caller):
     except TypeError as exc:
         name = getattr(f, "__qualname__", repr(f))
         raise TypeError(f"{caller}({name}): {exc}; {name}{sig} takes "
-                        f"{len(sig.parameters)} arguments, {len(args)} were given") from None
+                        f"{len(sig.parameters)} arguments, {len(args)} "
+                        f"{'was' if len(args) == 1 else 'were'} given") from None
     bound.apply_defaults()
     return tuple(bound.args)
 

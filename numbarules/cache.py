@@ -106,11 +106,7 @@ def owned(py_func, label, owner=None, options=None, depends=(), local_types=None
     ``cfunc=True``) and a CPython one (made unless ``python=False``: code only compiled code
     calls).
     """
-    options = dict(options or {})
-    if not cfunc:
-        options["no_cfunc_wrapper"] = True
-    if not python:
-        options["no_cpython_wrapper"] = True
+    options = jit_options(options, python, cfunc)
     box = []
     disp = numba_glue.make_dispatcher(
         py_func, lambda args, calls: _record(box[0], label, owner or box[0], args, calls, depends),
@@ -118,6 +114,16 @@ def owned(py_func, label, owner=None, options=None, depends=(), local_types=None
     box.append(disp)
     disp._cache = _DiskSlot(disp, label, owner or disp, persist)
     return disp
+
+
+def jit_options(options=None, python=True, cfunc=False):
+    """The Numba target options ``owned`` compiles with (see there for the wrappers)."""
+    options = dict(options or {})
+    if not cfunc:
+        options["no_cfunc_wrapper"] = True
+    if not python:
+        options["no_cpython_wrapper"] = True
+    return options
 
 
 def engine_node(label, decisions=(), callees=(), on_drop=None):

@@ -80,26 +80,13 @@ def load(target, what="function"):
 
 
 def _arguments(f, types, command):
-    """Placeholder values for ``types``, or a ValueError that shows the function's signature."""
-    import inspect
-    from .dispatch import GenericFunction
+    """Placeholder values for ``types``, or a ValueError saying what the function takes."""
     args = tuple(parse_type(t) for t in types)
-    if isinstance(f, GenericFunction):
-        return args                 # no single signature: dispatch names the methods that fit
-    func = getattr(f, "py_func", f)
     try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):
-        return args
-    try:
-        sig.bind(*args)
-    except TypeError:
-        name, n = func.__name__, len(sig.parameters)
-        raise ValueError(
-            f"{name}{sig} takes {n} argument{'s' * (n != 1)}, {len(args)} "
-            f"type{'s' * (len(args) != 1)} given: write one TYPE per argument, e.g. "
-            f"numbarules {command} ...:{name} {' '.join(['float64'] * n)}") from None
-    return args
+        return api._positional(f, args, command)
+    except TypeError as exc:
+        raise ValueError(f"{exc}: write one TYPE per argument, e.g. numbarules {command} "
+                         f"MODULE:FUNCTION float64 float64[:]") from None
 
 
 def _placeholder(t):

@@ -259,9 +259,9 @@ def _typed(spec, fn, ns, argtypes):
     primal = _exec(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
     numba_glue.pending_errors().clear()
     try:
-        # the flags of the gradient's one kernel (api.Gradient._driver: no wrappers)
-        return numba_glue.infer_types(primal, argtypes, _with_bounds(
-            {"no_cfunc_wrapper": True, "no_cpython_wrapper": True}, spec.bounds))
+        # the flags of the gradient's one kernel (api.Gradient._driver: python=False)
+        return numba_glue.infer_types(primal, argtypes, cache.jit_options(
+            {"boundscheck": True} if spec.bounds else None, python=False))
     except numba_glue.NumbaError as exc:
         text = numba_glue.error_text(exc)
         line = _user_line(spec.primal_source, text) or fn.firstline
@@ -611,8 +611,9 @@ def _refuse_writes_through_returned_views(spec, fn, types):
         if not positions:
             continue
         names = {s.target} | {s.expr.args[k].id for k in positions}
-        group = _alias_closure(fn, types, names)
-        view = _derived_from(fn, types, s.target)       # the returned view and views of it
+        edges = _alias_edges(fn, types)
+        group = _alias_closure(fn, types, names, edges)
+        view = _derived_from(edges, s.target)           # the returned view and views of it
         for w in stores:
             if w.array not in group or not (order[id(w)] > order[id(s)]
                                             or in_loop[id(w)] & in_loop[id(s)]):
@@ -680,9 +681,9 @@ def _views_returned_by(func, argtypes):
     return tuple(k for k, p in enumerate(fn.params) if p in group)
 
 
-def _derived_from(fn, types, name):
-    """``name`` and every array variable bound to it or to a view of it, transitively."""
-    edges = _alias_edges(fn, types)
+def _derived_from(edges, name):
+    """``name`` and every array variable bound to it or to a view of it, transitively
+    (``edges`` from ``_alias_edges``)."""
     found, grown = {name}, True
     while grown:
         grown = False
@@ -693,10 +694,10 @@ def _derived_from(fn, types, name):
     return found
 
 
-def _alias_closure(fn, types, names):
+def _alias_closure(fn, types, names, edges=None):
     """``names`` and every array variable sharing memory with one of them: copies (``b = a``),
     views, and arrays returned by calls that return a view of an argument."""
-    edges = _alias_edges(fn, types)
+    edges = _alias_edges(fn, types) if edges is None else edges
     group, grown = set(names), True
     while grown:
         grown = False

@@ -819,6 +819,7 @@ def _new_array(context, builder, arrtype, shapes):
                    shape=list(shapes), strides=strides, itemsize=intp(itemsize), meminfo=meminfo)
     return ary
 
+
 @numba_intrinsic
 def new_tape(typingctx, capacity, dtype):
     """``np.empty(capacity, dtype)``: a new tape (``dtype`` a NumPy scalar class:
@@ -880,7 +881,7 @@ def zeros_like(typingctx, a):
     """
     if not isinstance(a, types.Array):
         return None
-    result = a.copy(layout=a.layout if a.layout in "CF" else "C", readonly=False)
+    result = array_type_like(a)
 
     def codegen(context, builder, sig, args):
         src = make_array(sig.args[0])(context, builder, value=args[0])

@@ -50,8 +50,8 @@ class MapGrad:
 
     def kernel_for(self, *element_types):
         """The ``cuda.jit`` kernel used for arrays of these element types (Numba types), with
-        the argument order ``(*gradients, need, *arrays)``: for inspection, or
-        ``cuda.compile_ptx(kernel.py_func, ...)`` on a machine without a GPU."""
+        the argument order ``(*gradients, need, *arrays)``: for inspection (``ptx`` compiles it
+        without a GPU)."""
         return self._kernel(tuple(element_types))[0]
 
     def ptx(self, *element_types, cc=(9, 0)):
