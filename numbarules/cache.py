@@ -615,14 +615,22 @@ def _prepare_deferred(func):
         names.update(i.argval for i in dis.get_instructions(code)
                      if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
         stack += [c for c in code.co_consts if inspect.iscode(c)]
-    swaps = {n: func.__globals__[n] for n in names
-             if n in func.__globals__ and is_plain(func.__globals__[n])}
+    from .primitives import arrays     # not at the top: primitives register rules through api
+    glb = func.__globals__
+    swaps = {n: glb[n] for n in names if n in glb and is_plain(glb[n])}
+    # NumPy as numbarules compiles it (np.max(x, axis): primitives/arrays.py), swapped at once
+    numpy = {n: arrays.for_numba(glb[n]) for n in names if n in glb}
+    numpy = {n: v for n, v in numpy.items() if v is not glb[n]}
     cells = func.__closure__ or ()
     cell_swaps = [i for i, c in enumerate(cells) if is_plain(_cell_value(c))]
-    if not swaps and not cell_swaps:
+    cell_numpy = {i: arrays.for_numba(_cell_value(c)) for i, c in enumerate(cells)}
+    cell_numpy = {i: v for i, v in cell_numpy.items() if v is not _cell_value(cells[i])}
+    if not swaps and not cell_swaps and not numpy and not cell_numpy:
         return func, lambda: None
-    glb = dict(func.__globals__)
-    closure = tuple(_new_cell(c.cell_contents) if i in cell_swaps else c
+    glb = dict(glb)
+    glb.update(numpy)
+    closure = tuple(_new_cell(c.cell_contents) if i in cell_swaps else
+                    _new_cell(cell_numpy[i]) if i in cell_numpy else c
                     for i, c in enumerate(cells)) or None
     new = type(func)(func.__code__, glb, func.__name__, func.__defaults__, closure)
     new.__qualname__ = func.__qualname__

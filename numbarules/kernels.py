@@ -726,9 +726,10 @@ def _alias_edges(fn, types):
 def _namespace(refs):
     ns = {}
     for k, v in refs.items():
-        ns[k] = cache.helper(v) if cache.is_plain(v) else v
+        ns[k] = cache.helper(v) if cache.is_plain(v) else arrays.for_numba(v)
     ns.update(runtime.HELPERS)
     ns.update(tangents.HELPERS)
+    ns["_np"] = arrays.NUMPY
     ns["_math"] = math
     ns["_RuleError"] = TangentShapeError
     ns["__name__"] = cache.GENERATED

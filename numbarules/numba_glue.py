@@ -890,3 +890,29 @@ def zeros_like(typingctx, a):
         cgutils.memset(builder, out.data, builder.mul(out.itemsize, out.nitems), 0)
         return out._getvalue()
     return result(a), codegen
+
+
+# --- 7. trampolines: a function whose calls compile as calls of another -------------------------
+
+def trampoline(func, target):
+    """Calls of ``func`` in compiled code type and lower as calls of ``target(args, kws)`` (a
+    function of the Numba argument types returning the Python function to call instead). Unlike
+    an ``@overload`` of ``func``, no compiled function stands between the caller and the target:
+    the call is typed by the target's own templates and lowered by its own implementation."""
+    class Trampoline(AbstractTemplate):
+        key = func
+
+        def generic(self, args, kws):
+            fnty = self.context.resolve_value_type(target(args, kws))
+            return fnty.get_call_type(self.context, args, kws)
+
+    Trampoline.__name__ = f"Trampoline_{func.__name__}"
+    infer_global(func)(Trampoline)
+
+    def lower(context, builder, sig, args):
+        # the signature's arguments are positional here: typing folded the keywords
+        fnty = context.typing_context.resolve_value_type(target(sig.args, {}))
+        impl = context.get_function(fnty, fnty.get_call_type(context.typing_context, sig.args, {}))
+        return impl(builder, args)
+
+    lower_builtin(func, types.VarArg(types.Any))(lower)

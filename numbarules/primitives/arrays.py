@@ -4,17 +4,25 @@ Numba 0.68 compiles ``np.sum(x, axis)`` but not ``np.mean``, ``np.prod``, ``np.m
 ``np.min`` with an ``axis`` argument. A rule for a call the primal cannot run is no use: a user's
 method or ``nr.jit`` function calling ``np.max(x, axis=0)`` must compile without numbarules'
 AD too. So the forward computations are registered here with ``numba.extending.overload`` for
-exactly the signatures Numba lacks (an array and an integer axis); every other signature is left
-to Numba's own implementation.
+exactly the signatures Numba lacks (an array and an integer axis), on functions of our own
+(``mean_along_axis``, ...), never on NumPy's: plain ``@njit`` code in the same process compiles
+exactly what it would without numbarules. The code numbarules compiles (users' methods, ``nr.jit``
+functions, helpers, kernels) sees ``NUMPY`` in place of the ``numpy`` module (``for_numba``),
+whose ``mean``, ``prod``, ``max`` and ``min`` are stand-ins: trampolines to the axis form or to
+Numba's own implementation of NumPy's function.
 
 ``np.concatenate`` and ``np.stack`` take a tuple of arrays, which has no tangent type in the
 engine; the frontend rewrites them into nested calls of the two-array functions below, whose
 rules are in ``numpy.py``.
 """
 
+import types as pytypes
+
 import numpy as np
 from numba import types
 from numba.extending import overload, register_jitable
+
+from .. import numba_glue
 
 
 def join(a, b, axis):
@@ -91,11 +99,38 @@ def reduce_axis(x, axis, op):
     return out
 
 
+def np_mean(a, axis=None):
+    """``np.mean(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
+    return np.mean(a, axis=axis)
+
+
+def np_prod(a, axis=None):
+    """``np.prod(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
+    return np.prod(a, axis=axis)
+
+
+def np_max(a, axis=None):
+    """``np.max(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
+    return np.max(a, axis=axis)
+
+
+def np_min(a, axis=None):
+    """``np.min(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
+    return np.min(a, axis=axis)
+
+
+def _along(whole):
+    """The compiled ``np.<whole>(a, axis)`` for an array and an integer axis (see _axis_form)."""
+    def along(a, axis):
+        return whole(a, axis)
+    along.__name__ = along.__qualname__ = f"{whole.__name__}_along_axis"
+    return along
+
+
 def _axis_reduction(whole, op, scale):
     """The overload of ``np.<whole>(a, axis)`` for an array and an integer axis."""
     def typer(a, axis):
-        if not (isinstance(a, types.Array) and isinstance(axis, types.Integer)
-                and isinstance(a.dtype, (types.Float, types.Integer))):
+        if not _axis_form((a, axis), {}):
             return None
         if a.ndim == 1:
             def vector(a, axis):
@@ -115,6 +150,56 @@ def _axis_reduction(whole, op, scale):
     return typer
 
 
+def _axis_form(args, kws):
+    """Whether a call of a stand-in is ``(array, integer axis)``: the form Numba lacks."""
+    if set(kws) - {"axis"} or len(args) + len(kws) != 2 or len(args) == 2 and kws:
+        return False
+    a, axis = args[0], (args[1] if len(args) == 2 else kws["axis"])
+    return isinstance(a, types.Array) and isinstance(a.dtype, (types.Float, types.Integer)) \
+        and isinstance(axis, types.Integer)
+
+
+# NumPy's function -> its stand-in. Registering the axis forms on np.mean itself would change what
+# every @njit function in the process compiles (importing numbarules must change nothing else),
+# so they are registered on stand-ins, and the code numbarules hands to Numba names the stand-ins.
+STAND_INS = {np.mean: np_mean, np.prod: np_prod, np.max: np_max, np.min: np_min}
+_AXIS = {}
 for _f, _op, _scale in ((np.mean, _SUM, True), (np.prod, _PROD, False), (np.max, _MAX, False),
                         (np.min, _MIN, False)):
-    overload(_f)(_axis_reduction(_f, _op, _scale))
+    _AXIS[_f] = _along(_f)
+    overload(_AXIS[_f])(_axis_reduction(_f, _op, _scale))
+_TARGETS = {stand_in: f for f, stand_in in STAND_INS.items()}
+_BY_ID = {id(k): v for k, v in STAND_INS.items()}
+
+
+def _target(stand_in):
+    whole = _TARGETS[stand_in]
+    return lambda args, kws: _AXIS[whole] if _axis_form(args, kws) else whole
+
+
+# A trampoline, not an overload: an overload's implementation would be one more compiled function
+# per signature (~60 ms each) in front of Numba's own np.mean(x).
+for _stand_in in STAND_INS.values():
+    numba_glue.trampoline(_stand_in, _target(_stand_in))
+
+
+class _NumpyForNumba(pytypes.ModuleType):
+    """NumPy as numbarules' compiles see it: the module itself but for the stand-ins. Numba
+    types ``np.mean`` through ``getattr`` of the module a global names; the module's
+    ``__name__`` stays "numpy" so Numba's passes still recognise NumPy calls (``np.empty``...)."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+NUMPY = _NumpyForNumba("numpy", np.__doc__)
+for _f, _stand_in in STAND_INS.items():
+    setattr(NUMPY, _f.__name__, _stand_in)
+
+
+def for_numba(value):
+    """What code numbarules compiles should see for a value it names: NumPy and its axis
+    reductions as above, everything else as it is."""
+    if value is np:
+        return NUMPY
+    return _BY_ID.get(id(value), value)
