@@ -1129,3 +1129,25 @@ def _writes_base_then_reads_view(A):
 def test_a_write_into_the_base_of_a_view_read_later_is_still_refused():
     with pytest.raises(nr.UnsupportedSyntaxError, match=r"(?s)writing into 'B'.*first_row"):
         nr.grad(_writes_base_then_reads_view)(np.ones((2, 2)) * 0.5)
+
+
+def _dot_then_overwrite(v, w, x):
+    a = w * 2.0
+    a[0] += x
+    s = np.dot(a, v)                # np.dot's adjoint reads a (d_v = a * g) ...
+    a[0] = 7.0                      # ... from before this write
+    M = np.outer(w, v)
+    t = M @ v                       # @ of a matrix and a vector: d_v = M.T @ g reads M
+    M[1, 2] = 0.5 * x
+    return s * x + np.sum(t * t) + a[0] * x + a[1]
+
+
+def test_an_array_overwritten_after_np_dot_or_matmul_read_it():
+    # found by the fuzzer (seed 20261301 #481): the reads of @'s adjoint were not known, so the
+    # overwritten elements were not saved and the pullback used the new values: silently wrong
+    v = np.array([-1.4, -1.1, 1.2, -0.03, 0.13])
+    w = np.array([0.3, 0.2, -0.1, 0.5, 0.9])
+    check_grad(_dot_then_overwrite, v, w, 0.48)
+    y, pb = nr.pullback(_dot_then_overwrite, v, w, 0.48)
+    for got, want in zip(pb(1.0), nr.grad(_dot_then_overwrite, argnums=(0, 1, 2))(v, w, 0.48)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

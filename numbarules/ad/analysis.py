@@ -677,7 +677,8 @@ def adjoint_reads(expr, active, callee_reads, quotients=frozenset()):
     names = lambda *xs: [x.id for x in xs if isinstance(x, ir.Name)]   # noqa: E731
     if isinstance(expr, ir.BinOp):
         a, b = expr.a, expr.b
-        if expr.op == "*":
+        if expr.op in ("*", "@"):
+            # d_a = g * b (g @ b.T, np.outer(g, b), ...), d_b = a * g (a.T @ g, ...)
             return (names(b) if act(a) else []) + (names(a) if act(b) else [])
         if expr.op == "/":
             if id(expr) in quotients:

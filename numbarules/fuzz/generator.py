@@ -1239,6 +1239,7 @@ class Generator:
             if self.chance(0.6):
                 self.use(rtag)
                 self.emit(ctx, f"s += {red} * {self.fexpr(ctx, 1)}")
+            self.write_after_use(ctx, [A for A in vec + mats if A.expr in expr])
         else:
             reds = [(2, ("np.dot", f"np.dot({v.expr}, {u.expr})")),
                     (1, ("vector @ vector", f"{v.expr} @ {u.expr}")) if v.contig and u.contig
@@ -1249,6 +1250,19 @@ class Generator:
             tag, e = self.pick(reds)
             self.use(tag)
             self.emit(ctx, f"s += {e} * {self.fexpr(ctx, 1)}")
+            self.write_after_use(ctx, [v, u])
+
+    def write_after_use(self, ctx, operands):
+        """Sometimes write into a local array an operation just read: the reverse pass of that
+        operation needs the values from before the write (np.dot's adjoint reads both operands;
+        its reads were once missed: seed 20261301 #481)."""
+        writable = [A for A in operands if A.writable]
+        if writable and self.chance(0.35):
+            A = self.r.choice(writable)
+            self.use("write into an array after an operation read it")
+            op = self.pick([(2, "="), (2, "+="), (1, "*=")])
+            e = self.fexpr(ctx, 1) if op != "*=" else self.const(0.3, 1.2)
+            self.emit(ctx, f"{self.elem(A, ctx)} {op} {e}")
 
     def s_globals(self, ctx):
         vec = self.vecs(ndim=1, local=None)
