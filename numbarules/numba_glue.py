@@ -417,10 +417,27 @@ class _RecordingCompiler(compiler.CompilerBase):
         self.state.nr_observer = type(self).observer
 
     def define_pipelines(self):
+        _canonical_stack_top()
         pm = compiler.DefaultPassBuilder.define_nopython_pipeline(self.state)
         pm.add_pass_after(RecordCalls, NopythonTypeInference)
         pm.finalize()
         return [pm]
+
+
+def _canonical_stack_top(flags=None):
+    """Present the wrapper options as the same on Numba's flags stack in every compile of ours.
+
+    Numba compiles an ``@overload`` implementation once per (argument types, top of the flags
+    stack) (``_OverloadFunctionTemplate._get_impl``), and the top is the whole ``Flags`` of the
+    compile typing the call. A kernel with a CPython wrapper and one without would compile
+    ``np.mean``'s implementation once each although the wrappers change nothing in it. The top
+    is a copy Numba pushed for this compile (``CompilerBase._compile_core``); the wrappers this
+    compile makes are read from ``state.flags``, which is left as it is."""
+    top = flags if flags is not None else ConfigStack.top_or_none()
+    if top is not None:
+        top.no_cpython_wrapper = True
+        top.no_cfunc_wrapper = True
+    return top
 
 
 def recording_pipeline(observer):
@@ -589,7 +606,7 @@ def infer_types(py_func, argtypes, options=None):
     target_ctx.refresh()
     flags = compiler.Flags()
     cpu_target.options.parse_as_flags(flags, dict({"nopython": True}, **(options or {})))
-    with LOCK, ConfigStack().enter(flags):
+    with LOCK, ConfigStack().enter(_canonical_stack_top(flags)):
         func_ir = compiler.run_frontend(py_func)
         result = typed_passes.type_inference_stage(typing_ctx, target_ctx, func_ir,
                                                    tuple(argtypes), None)
