@@ -627,7 +627,7 @@ def _prepare_deferred(func):
     cell_numpy = {i: v for i, v in cell_numpy.items() if v is not _cell_value(cells[i])}
     if not swaps and not cell_swaps and not numpy and not cell_numpy:
         return func, lambda: None
-    glb = dict(glb)
+    live, glb = glb, dict(glb)
     glb.update(numpy)
     closure = tuple(_new_cell(c.cell_contents) if i in cell_swaps else
                     _new_cell(cell_numpy[i]) if i in cell_numpy else c
@@ -640,6 +640,15 @@ def _prepare_deferred(func):
         glb.update({n: helper(v) for n, v in swaps.items()})
         for i in cell_swaps:
             closure[i].cell_contents = helper(closure[i].cell_contents)
+
+    def refresh():
+        # The copy of the globals must not freeze them: a global the module rebinds later
+        # (K = 3.0) is what the next compile sees, as under numba.njit. numba_glue.Dispatcher
+        # calls this before each compile. (Swapped helpers keep their compiled versions.)
+        for k, v in live.items():
+            if k not in swaps:
+                glb[k] = arrays.for_numba(v)
+    new._nr_refresh = refresh
     return new, fill
 
 

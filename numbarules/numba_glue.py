@@ -458,6 +458,13 @@ class Dispatcher(CPUDispatcher):
     before_compile = None
     on_error = None
 
+    def compile(self, sig):
+        # every compile (a call from Python, a call typed in other compiled code) starts here
+        refresh = getattr(self.py_func, "_nr_refresh", None)
+        if refresh is not None:
+            refresh()
+        return super().compile(sig)
+
     def _compile_for_args(self, *args, **kws):
         from . import profile
         label = getattr(getattr(self, "_cache", None), "label", None) or self.py_func.__qualname__

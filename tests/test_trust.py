@@ -1,6 +1,7 @@
 """Regressions of the trust issue: each of these gave a silently wrong answer, hung or crashed at
 07f11c8. Gradients are checked against central finite differences and hand-worked values."""
 import math
+import sys
 
 import numba
 import numpy as np
@@ -1151,3 +1152,24 @@ def test_an_array_overwritten_after_np_dot_or_matmul_read_it():
     y, pb = nr.pullback(_dot_then_overwrite, v, w, 0.48)
     for got, want in zip(pb(1.0), nr.grad(_dot_then_overwrite, argnums=(0, 1, 2))(v, w, 0.48)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_rebound_global_is_seen_by_the_next_compile(tmp_path):
+    # The functions numbarules hands to Numba run over a copy of their globals (with NumPy and
+    # plain helpers swapped in); the copy must not freeze the module: after `K = 3.0` a compile
+    # for new types sees 3.0, as numba.njit does (it froze 2.0 from a1846f0 until this test).
+    (tmp_path / "rebound_mod.py").write_text(
+        "import numpy as np\nK = 2.0\n\ndef h(x):\n    return x * K\n\n"
+        "def f(x):\n    return np.sum(x) * K\n\ndef f2(x):\n    return np.sum(h(x)) * K\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import rebound_mod as m
+    finally:
+        sys.path.remove(str(tmp_path))
+    j, j2 = nr.jit(m.f), nr.jit(m.f2)
+    assert j(np.ones(3)) == 6.0 and j2(np.ones(3)) == 12.0
+    m.K = 3.0
+    ints = np.ones(3, dtype=np.int64)
+    assert j(ints) == 9.0 == numba.njit(m.f)(ints)
+    assert j2(ints) == 27.0
+    assert j(np.ones(3)) == 6.0         # compiled before: frozen, as under numba.njit
