@@ -1173,3 +1173,27 @@ def test_a_rebound_global_is_seen_by_the_next_compile(tmp_path):
     assert j(ints) == 9.0 == numba.njit(m.f)(ints)
     assert j2(ints) == 27.0
     assert j(np.ones(3)) == 6.0         # compiled before: frozen, as under numba.njit
+
+
+def _tanh_after_the_loop(x0, t0, x1):
+    s = 0.0
+    for i1 in range(2):
+        s += t0[i1] * t0[i1]
+    s += t0[1] + math.tanh(x1)      # tanh's partial reads tanh's own result
+    return s
+
+
+def _quotient_after_the_loop(x, t):
+    s = x * 0.5
+    for i in range(3):
+        s += t[i] * x
+    q = 1.0 / s                     # the quotient's adjoint reads the quotient
+    return s + q
+
+
+def test_a_value_computed_after_a_fused_loop_that_its_reverse_reads():
+    # found by the fuzzer (seed 20261322 #69): the one-pass vjp runs the reverse of the
+    # statements after the loop before the loop, so before they compute; a partial taking its
+    # call's result read a variable not assigned yet (Numba: "Variable '_t15' is not defined")
+    check_grad(_tanh_after_the_loop, -0.97, (1.33, 0.35), -0.35)
+    check_grad(_quotient_after_the_loop, 0.7, np.array([0.3, -0.2, 0.5]))

@@ -5,7 +5,8 @@
 **The rule.** The function is ``pre; L; post; return r`` with ``L`` the only loop at its top
 level (a ``for`` over a range), no loop in ``pre`` or ``post``, no branch and no array made in
 ``post`` (its reverse runs before ``L``, ahead of what ``post`` computes), no ``while`` and no array write
-inside ``L``, and nothing saved by ``post``. Every scalar ``v`` that ``L`` assigns is either
+inside ``L``, nothing saved by ``post``, and no value ``post`` computes read by the reverse pass
+(a partial that takes its call's result, a quotient). Every scalar ``v`` that ``L`` assigns is either
 
 - an *accumulator*: every assignment is ``v = t`` with ``t = v + u``, ``u + v`` or ``v - u``, ``L``
   reads ``v`` nowhere else, and the reverse pass never reads ``v`` (its adjoint is then the same
@@ -129,6 +130,11 @@ def fusion(fn, plan, types=None):
         if isinstance(s, ir.Assign) and s.target in plan.active:
             if set(adjoint_reads(s.expr, plan.active, lambda call: True, plan.quotients)) & (assigned | assigned_post):
                 return None
+        if isinstance(s, ir.Assign) and s.target in plan.needed:
+            # The reverse reads what post computes, e.g. tanh's partial takes tanh's own result
+            # or a quotient's its quotient: post's reverse would run before post computes it
+            # (seed 20261322 #69: `_t15` read before it was assigned).
+            return None
     tape = (any(id(s) in plan.pushes for s in inside)
             or any(len(ss) > 1 for v, ss in sites.items() if v not in accumulators)
             or any(isinstance(s, ir.If) and any(isinstance(x, (ir.For, ir.While))
