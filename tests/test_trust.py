@@ -1197,3 +1197,46 @@ def test_a_value_computed_after_a_fused_loop_that_its_reverse_reads():
     # call's result read a variable not assigned yet (Numba: "Variable '_t15' is not defined")
     check_grad(_tanh_after_the_loop, -0.97, (1.33, 0.35), -0.35)
     check_grad(_quotient_after_the_loop, 0.7, np.array([0.3, -0.2, 0.5]))
+
+
+_FRONTEND_PROGRAM = """
+import math
+import numpy as np
+from numbarules.fuzz.pool import Pair, Params, p_mid, p_params, r_pairdot
+
+def f(x0, ta0, x1, p0, q0, th0, t0, v0):
+    s = 0.0
+    t1 = r_pairdot(q0, t0[0])
+    w2 = p_mid(v0)
+    s += w2[1] * x0 + p0.a
+    for i3 in range(2, -1, -1):
+        s += t0[i3] * w2[1] * s
+        x1 = q0.b - -0.77 * ta0[1][3] + p0.w[i3 % 2]
+    t6, t7, t8 = t0
+    for i9 in range(len(t0)):
+        s += t0[i9] * 0.63 * t0[i9]
+        s = 0.5 * s + 1.23 * p0.a + p_params(p0, t0[i9]) * t0[i9]
+    return s + 0.35 * t8 + 0.2 * t6 + 0.31 * t1
+"""
+
+
+def test_a_kernel_numbas_frontend_could_not_type(tmp_path):
+    # found by the fuzzer (seed 20261321 #119): Numba 0.68 lost the right-hand side of
+    # `d_w2[1] += _d4` in this program's pullback ("Type of variable '$_d41906.34.1' cannot be
+    # determined"); adjoint element updates are written `d[i] = d[i] + g` now
+    from numbarules.fuzz.pool import Pair, Params
+    (tmp_path / "frontend_prog.py").write_text(_FRONTEND_PROGRAM)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import frontend_prog
+    finally:
+        sys.path.remove(str(tmp_path))
+    v = np.array([-0.41, 0.82, -0.73, -1.12, -0.44, -1.33])
+    args = (-0.705, (v * 0.5, v[::-1].copy()), -0.081, Params(0.74, np.array([0.19, -0.67]), 2),
+            Pair(0.06, -0.2), (-0.15, 1), (-0.98, 1.01, 0.4), v)
+    y, pb = nr.pullback(frontend_prog.f, *args)
+    g = nr.grad(frontend_prog.f, argnums=(0, 6, 7))(*args)
+    t = pb(1.0)
+    assert t[0] == g[0] and t[6] == g[1]
+    np.testing.assert_allclose(t[7], g[2], rtol=1e-12)
+    check_grad(frontend_prog.f, *args, argnums=(0, 6, 7))

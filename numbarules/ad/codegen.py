@@ -9,6 +9,7 @@ iteration the cheap statements the plan chose to recompute instead of saving.
 """
 
 import os
+import re
 from dataclasses import dataclass
 
 from numba import types as nbt
@@ -83,6 +84,20 @@ class _Names:
         return name
 
 
+def _element_update(text):
+    """``d_w[1] += g`` written ``d_w[1] = d_w[1] + (g)``. Numba 0.68's bytecode frontend (Python
+    3.11's COPY/SWAP sequence for an augmented assignment to a subscript) can lose the loaded
+    right-hand side in a long kernel: "Type of variable '$_d41906.34.1' cannot be determined"
+    (fuzz seed 20261321 #119; docs/numba-internals.md). The plain form compiles to the same code.
+    A whole-array ``d_x += g`` stays: it must update the array in place (views share it)."""
+    for op in ("+", "-"):
+        lhs, sep, rhs = text.partition(f" {op}= ")
+        if sep and lhs.endswith("]") and "[" in lhs and lhs.split("[", 1)[0].isidentifier():
+            simple = not re.search(r"[-+<>=]|\b(if|or|and|not|lambda)\b", rhs)
+            return f"{lhs} = {lhs} {op} {rhs if simple else f'({rhs})'}"
+    return text
+
+
 class _Out:
     """Lines of one kernel, and (for the pullback) the primal names it reads before it sets
     them: those become residuals."""
@@ -112,6 +127,7 @@ class _Out:
                     # (a float32 adjoint would otherwise turn float64 through a float constant).
                     expr = f"_cast({expr}, _np.{self.casts[name]})"
                 text = f"{name} = {expr}"
+        text = _element_update(text)
         self.lines.append("    " * self.indent + text)
 
     def read(self, name):
