@@ -56,17 +56,12 @@ def test_plain_njit_compiles_the_same_before_and_after_import():
     assert before["sum_axis"][0] == "ok"
 
 
-def test_numbarules_code_has_the_axis_reductions(tmp_path):
+def test_numbarules_code_has_the_axis_reductions(make_module):
     # the same spelling in a function numbarules compiles (nr.jit, a gradient) works
-    src = tmp_path / "axis_user.py"
-    src.write_text("import numpy as np\nfrom numpy import mean\n\n"
-                   "def spread(x):\n    return np.max(x, axis=0) - np.min(x, 0)\n\n"
-                   "def loss(x):\n    return np.sum(spread(x) ** 2) + mean(x, 1)[0]\n")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import axis_user
-    finally:
-        sys.path.remove(str(tmp_path))
+    axis_user = make_module("axis_user", (
+        "import numpy as np\nfrom numpy import mean\n\n"
+        "def spread(x):\n    return np.max(x, axis=0) - np.min(x, 0)\n\n"
+        "def loss(x):\n    return np.sum(spread(x) ** 2) + mean(x, 1)[0]\n"))
     x = np.array([[1.0, 5.0, 2.0], [4.0, 3.0, 0.5]])
     np.testing.assert_allclose(nr.jit(axis_user.spread)(x), axis_user.spread(x))
     g = nr.grad(axis_user.loss)(x)

@@ -1154,18 +1154,13 @@ def test_an_array_overwritten_after_np_dot_or_matmul_read_it():
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-def test_a_rebound_global_is_seen_by_the_next_compile(tmp_path):
+def test_a_rebound_global_is_seen_by_the_next_compile(make_module):
     # The functions numbarules hands to Numba run over a copy of their globals (with NumPy and
     # plain helpers swapped in); the copy must not freeze the module: after `K = 3.0` a compile
     # for new types sees 3.0, as numba.njit does (it froze 2.0 from a1846f0 until this test).
-    (tmp_path / "rebound_mod.py").write_text(
+    m = make_module("rebound_mod", (
         "import numpy as np\nK = 2.0\n\ndef h(x):\n    return x * K\n\n"
-        "def f(x):\n    return np.sum(x) * K\n\ndef f2(x):\n    return np.sum(h(x)) * K\n")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import rebound_mod as m
-    finally:
-        sys.path.remove(str(tmp_path))
+        "def f(x):\n    return np.sum(x) * K\n\ndef f2(x):\n    return np.sum(h(x)) * K\n"))
     j, j2 = nr.jit(m.f), nr.jit(m.f2)
     assert j(np.ones(3)) == 6.0 and j2(np.ones(3)) == 12.0
     m.K = 3.0
@@ -1220,17 +1215,12 @@ def f(x0, ta0, x1, p0, q0, th0, t0, v0):
 """
 
 
-def test_a_kernel_numbas_frontend_could_not_type(tmp_path):
+def test_a_kernel_numbas_frontend_could_not_type(make_module):
     # found by the fuzzer (seed 20261321 #119): Numba 0.68 lost the right-hand side of
     # `d_w2[1] += _d4` in this program's pullback ("Type of variable '$_d41906.34.1' cannot be
     # determined"); adjoint element updates are written `d[i] = d[i] + g` now
     from numbarules.fuzz.pool import Pair, Params
-    (tmp_path / "frontend_prog.py").write_text(_FRONTEND_PROGRAM)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import frontend_prog
-    finally:
-        sys.path.remove(str(tmp_path))
+    frontend_prog = make_module("frontend_prog", _FRONTEND_PROGRAM)
     v = np.array([-0.41, 0.82, -0.73, -1.12, -0.44, -1.33])
     args = (-0.705, (v * 0.5, v[::-1].copy()), -0.081, Params(0.74, np.array([0.19, -0.67]), 2),
             Pair(0.06, -0.2), (-0.15, 1), (-0.98, 1.01, 0.4), v)
