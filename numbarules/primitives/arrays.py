@@ -23,6 +23,7 @@ from numba import types
 from numba.extending import overload, register_jitable
 
 from .. import numba_glue
+from . import numpy_names
 
 
 def join(a, b, axis):
@@ -99,26 +100,6 @@ def reduce_axis(x, axis, op):
     return out
 
 
-def np_mean(a, axis=None):
-    """``np.mean(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
-    return np.mean(a, axis=axis)
-
-
-def np_prod(a, axis=None):
-    """``np.prod(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
-    return np.prod(a, axis=axis)
-
-
-def np_max(a, axis=None):
-    """``np.max(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
-    return np.max(a, axis=axis)
-
-
-def np_min(a, axis=None):
-    """``np.min(a, axis)`` in code numbarules compiles (see ``for_numba``)."""
-    return np.min(a, axis=axis)
-
-
 def _along(whole):
     """The compiled ``np.<whole>(a, axis)`` for an array and an integer axis (see _axis_form)."""
     def along(a, axis):
@@ -162,7 +143,8 @@ def _axis_form(args, kws):
 # NumPy's function -> its stand-in. Registering the axis forms on np.mean itself would change what
 # every @njit function in the process compiles (importing numbarules must change nothing else),
 # so they are registered on stand-ins, and the code numbarules hands to Numba names the stand-ins.
-STAND_INS = {np.mean: np_mean, np.prod: np_prod, np.max: np_max, np.min: np_min}
+STAND_INS = {np.mean: numpy_names.mean, np.prod: numpy_names.prod, np.max: numpy_names.max,
+             np.min: numpy_names.min}
 _AXIS = {}
 for _f, _op, _scale in ((np.mean, _SUM, True), (np.prod, _PROD, False), (np.max, _MAX, False),
                         (np.min, _MIN, False)):
