@@ -619,8 +619,7 @@ def _prepare_deferred(func):
     glb = func.__globals__
     swaps = {n: glb[n] for n in names if n in glb and is_plain(glb[n])}
     # NumPy as numbarules compiles it (np.max(x, axis): primitives/arrays.py), swapped at once
-    numpy = {n: arrays.for_numba(glb[n]) for n in names if n in glb}
-    numpy = {n: v for n, v in numpy.items() if v is not glb[n]}
+    numpy = any(arrays.for_numba(glb[n]) is not glb[n] for n in names if n in glb)
     cells = func.__closure__ or ()
     cell_swaps = [i for i, c in enumerate(cells) if is_plain(_cell_value(c))]
     cell_numpy = {i: arrays.for_numba(_cell_value(c)) for i, c in enumerate(cells)}
@@ -628,7 +627,6 @@ def _prepare_deferred(func):
     if not swaps and not cell_swaps and not numpy and not cell_numpy:
         return func, lambda: None
     live, glb = glb, dict(glb)
-    glb.update(numpy)
     closure = tuple(_new_cell(c.cell_contents) if i in cell_swaps else
                     _new_cell(cell_numpy[i]) if i in cell_numpy else c
                     for i, c in enumerate(cells)) or None
@@ -648,6 +646,7 @@ def _prepare_deferred(func):
         for k, v in live.items():
             if k not in swaps:
                 glb[k] = arrays.for_numba(v)
+    refresh()
     new._nr_refresh = refresh
     return new, fill
 

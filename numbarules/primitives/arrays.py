@@ -145,24 +145,20 @@ def _axis_form(args, kws):
 # so they are registered on stand-ins, and the code numbarules hands to Numba names the stand-ins.
 STAND_INS = {np.mean: numpy_names.mean, np.prod: numpy_names.prod, np.max: numpy_names.max,
              np.min: numpy_names.min}
-_AXIS = {}
-for _f, _op, _scale in ((np.mean, _SUM, True), (np.prod, _PROD, False), (np.max, _MAX, False),
-                        (np.min, _MIN, False)):
-    _AXIS[_f] = _along(_f)
-    overload(_AXIS[_f])(_axis_reduction(_f, _op, _scale))
-_TARGETS = {stand_in: f for f, stand_in in STAND_INS.items()}
 _BY_ID = {id(k): v for k, v in STAND_INS.items()}
 
 
-def _target(stand_in):
-    whole = _TARGETS[stand_in]
-    return lambda args, kws: _AXIS[whole] if _axis_form(args, kws) else whole
+def _pick(whole, along):
+    return lambda args, kws: along if _axis_form(args, kws) else whole
 
 
-# A trampoline, not an overload: an overload's implementation would be one more compiled function
-# per signature (~60 ms each) in front of Numba's own np.mean(x).
-for _stand_in in STAND_INS.values():
-    numba_glue.trampoline(_stand_in, _target(_stand_in))
+# Each stand-in is a trampoline, not an overload: an overload's implementation would be one more
+# compiled function per signature (~60 ms each) in front of Numba's own np.mean(x).
+for _f, _op, _scale in ((np.mean, _SUM, True), (np.prod, _PROD, False), (np.max, _MAX, False),
+                        (np.min, _MIN, False)):
+    _a = _along(_f)
+    overload(_a)(_axis_reduction(_f, _op, _scale))
+    numba_glue.trampoline(STAND_INS[_f], _pick(_f, _a))
 
 
 class _NumpyForNumba(pytypes.ModuleType):
