@@ -99,6 +99,10 @@ class Plan:
     quotients: frozenset = frozenset()  # id() of scalar divisions whose adjoint reads the quotient
     loop_views: dict = None    # view variable taken in a loop -> the loop id whose reverse
                                # iterations bind its adjoint (see _loop_views)
+    rebound: dict = None       # array variable of a class that is rebound (in a loop, or more
+                               # than once) -> the other names of its class (see _rebound)
+    lazy_views: dict = None    # view taken in a loop of an array the loop rebinds -> id() of
+                               # the statement before whose reverse it is bound (_lazy_views)
 
 
 def plan(fn, types, mask, classify):
@@ -118,9 +122,22 @@ def plan(fn, types, mask, classify):
     active = _activity(fn, stmts, types, mask, alias)
     recompute = _recomputable(fn.body, sites, types)
     loop_views = _loop_views(fn, types, active, view_of, recompute)
-    _check_views(fn, stmts, types, active, alias, view_of, in_loop, loop_views)
+    lazy = _lazy_views(fn, types, view_of, sites, in_loop, loop_views)
+    _check_views(fn, stmts, types, active, alias, view_of, in_loop, {**loop_views, **lazy})
     _check_array_methods(fn, stmts, types, active)
-    _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views)
+    rebound = _rebound(fn, stmts, types, active, alias, view_of, {**loop_views, **lazy}, sites,
+                       in_loop)
+    _check_arrays(fn, stmts, types, active, sites, in_loop, {**loop_views, **lazy}, rebound)
+    # What taking a lazy view again reads: its base and indices. And the array operands of
+    # differentiated statements: their adjoints read at least their shapes (_ub(g, x) sums g
+    # to x's shape, a rule's tangent is checked against it), which change when the array is
+    # rebound or is a view taken in a loop (x[i:] * 2.0 in a loop over i).
+    lazy_reads = {n for s in stmts if isinstance(s, ir.Assign) and s.target in lazy
+                  for n in _reads(s.expr)}
+    lazy_reads |= {n for s in stmts if isinstance(s, ir.Assign) and s.target in active
+                   for n in _reads(s.expr) if n in active and is_array(types.get(n))}
+    lazy_reads |= {s.value.id for s in stmts if isinstance(s, ir.Store) and s.array in active
+                   and isinstance(s.value, ir.Name) and is_array(types.get(s.value.id))}
     calls = {}
     for s in stmts:
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and s.target in active:
@@ -137,10 +154,11 @@ def plan(fn, types, mask, classify):
     result_reads |= {s.target for s in stmts if isinstance(s, ir.Assign) and id(s.expr) in quotients}
     tests = set()
     while True:
-        needed = _needed(stmts, active, recompute, callee_reads, tests | result_reads, quotients)
-        pushes = _pushes(fn.body, stmts, sites, needed, recompute, in_loop, alias, types,
+        needed = _needed(stmts, active, recompute, callee_reads,
+                         tests | result_reads | lazy_reads, quotients)
+        pushes = _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types,
                          lambda s: _rev_reads(s, active, callee_reads, quotients), tests,
-                         result_reads)
+                         result_reads, rebound, lazy)
         relevant = _reverse_relevant(fn.body, active, pushes)
         # Branch tests matter only where the reverse pass replays the branch.
         more = {s.test.id for s in stmts if isinstance(s, ir.If) and id(s) in relevant
@@ -152,7 +170,8 @@ def plan(fn, types, mask, classify):
                 {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant),
                 {v: s for v, s in view_of.items() if v in active}, quotients,
-                {v: lp for v, lp in loop_views.items() if v in active})
+                {v: lp for v, lp in loop_views.items() if v in active}, rebound,
+                lazy)
 
 
 def _target(s):
@@ -333,7 +352,76 @@ def part_of(expr, types):
     return base.id if isinstance(base, ir.Name) and is_aggregate(types.get(base.id)) else None
 
 
-def _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views):
+def rebinding_sites(fn, v, sites):
+    """The assignments of array variable ``v`` after which the reverse pass must restore its
+    previous binding: all of them but a first one at the top level (nothing is bound before it,
+    and nothing before it reads ``v``)."""
+    ss = [s for s in sites.get(v, ()) if isinstance(s, ir.Assign)]
+    top = {id(x) for x in fn.body}
+    if ss and id(ss[0]) in top and v not in fn.params:
+        ss = ss[1:]
+    return ss
+
+
+def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loop):
+    """Differentiated arrays bound more than once or inside a loop, and their alias classes:
+    ``{name: (the other names of its class)}``.
+
+    An array name is a reference. The forward saves the reference a rebinding drops (a list of
+    arrays: no copy); the reverse pass takes it back after the binding's adjoint, and with it
+    the adjoint *of that array*: the adjoint of another name of the class holding the very same
+    array (``a is b``), else a fresh zero array (no name holds it any more, so nothing after
+    this point added to its adjoint). So every name's adjoint is always the adjoint of the array
+    the name holds, through swaps (``u, v = v, u``), aliases (``u = u_new``) and fresh arrays
+    (``v = u.copy()``, ``u = u + k * lap``) alike. Refused in such a class: views (the view's
+    adjoint is bound once, to one array's) and aggregates holding its arrays (likewise).
+    """
+    def rebinds(v):
+        ss = sites.get(v, [])
+        return bool(v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss))
+
+    classes = {}
+    for v in types:
+        classes.setdefault(alias.get(v, v), []).append(v)
+    out = {}
+    for v in sorted(active):
+        if not is_float_array(types.get(v)) or v in out or not rebinds(v) or v in loop_views:
+            continue
+        ss = sites.get(v, [])
+        if ss and all(part_of(s.expr, types) is not None and not isinstance(s.expr, ir.Atom)
+                      for s in ss) and len({ir.expr_src(s.expr) for s in ss}) == 1:
+            continue      # one field of one aggregate: the same array every time (_check_arrays)
+        # Views taken in loops are bound per iteration (_loop_views, _lazy_views): not members.
+        members = sorted(m for m in classes.get(alias.get(v, v), [v]) if m not in loop_views)
+        for m in members:
+            view = view_of.get(m) or next((s for w, s in view_of.items() if w not in loop_views
+                                           and view_base(s.expr, types) == m), None)
+            if view is not None:
+                raise UnsupportedSyntaxError(
+                    f"a view (slice, .T or reshape) of the array '{v}', which is rebound (in a "
+                    f"loop, or more than once)\n{where(fn, view.line)}\n"
+                    f"Hint: index its elements (x[i, j]) instead, or copy the slice "
+                    f"(x[a:b].copy()).")
+        for s in stmts:
+            built = isinstance(s, ir.Assign) and (
+                isinstance(s.expr, ir.MakeTuple) and any(
+                    isinstance(a, ir.Name) and a.id in members for a in s.expr.items)
+                or s.target in members and part_of(s.expr, types) is not None
+                and not isinstance(s.expr, ir.Atom))
+            if built or isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) \
+                    and is_aggregate(types.get(s.target)) and any(
+                        isinstance(a, ir.Name) and a.id in members for a in s.expr.args):
+                raise UnsupportedSyntaxError(
+                    f"a struct or tuple holding the array '{v}', which is rebound (in a loop, "
+                    f"or more than once)\n{where(fn, s.line)}\n"
+                    f"Hint: pass the array itself, or bind it once outside loops and update "
+                    f"its elements in place.")
+        for m in members:
+            out[m] = tuple(x for x in members if x != m)
+    return out
+
+
+def _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views, rebound):
     for v in active:
         if not holds_arrays(types.get(v)):
             continue
@@ -368,6 +456,8 @@ def _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views):
             continue      # one field of one aggregate: the same array every time, an alias
         if v in loop_views and len(ss) == 1:
             continue      # a view bound afresh in each reverse iteration of its loop
+        if v in rebound:
+            continue      # references saved and restored with their adjoints (_rebound)
         if v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss):
             line = ss[-1].line if ss else fn.firstline
             temporary = v.startswith("_t") and v[2:].isdigit() and len(ss) == 1
@@ -415,6 +505,64 @@ def _loop_views(fn, types, active, view_of, recompute):
                     or a.id not in assigned or a.id in again for a in atoms):
                 continue
             out[x.target] = loop.id
+    return out
+
+
+def _lazy_views(fn, types, view_of, sites, in_loop, loop_views):
+    """Views of an array that is rebound (``lap = u[2:] - u[:-2]`` in a time loop that ends
+    with ``u = u_new``; ``u[::-1].copy()`` in a branch): v -> id() of the last statement of the
+    view's block that uses it, before whose reverse the view and its adjoint are taken again
+    (``_t5 = u[2:]; _d5 = d_u[2:]``).
+
+    There the base holds the array it held when the view was taken, and its adjoint is that
+    array's (analysis._rebound), provided that the view is used only in its own block after it,
+    and neither the base nor the view's indices are assigned between the view and its last use
+    (the reverse pass restores what it reads, so they have their values from then).
+    """
+    def rebinds(v):
+        ss = sites.get(v, [])
+        return bool(v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss))
+
+    readers = {}
+    for x in ir.walk(fn.body):
+        for n in stmt_reads(x):
+            readers.setdefault(n, set()).add(id(x))
+    out = {}
+
+    def visit(body):
+        body = list(body)
+        inside = [{id(y) for y in ir.walk([st])} for st in body]
+        for k, x in enumerate(body):
+            if isinstance(x, ir.If):
+                visit(x.body)
+                visit(x.orelse)
+            elif isinstance(x, ir.For):
+                visit(x.body)
+            elif isinstance(x, ir.While):
+                visit(x.cond)
+                visit(x.body)
+            if not isinstance(x, ir.Assign) or x.target not in view_of \
+                    or x.target in loop_views or len(sites.get(x.target, ())) != 1:
+                continue
+            w, base = x.target, view_base(x.expr, types)
+            if not rebinds(base):
+                continue
+            used = [j for j in range(k + 1, len(body)) if readers.get(w, set()) & inside[j]]
+            if not used:
+                continue
+            m = used[-1]
+            span = set().union(*inside[k + 1:m + 1])
+            atoms = {a.id for a in x.expr.atoms() if isinstance(a, ir.Name)}
+            # (the last use itself may rebind the base: u = u[::-1].copy(); codegen.block_rev)
+            last = body[m]
+            rebinds_at_last = isinstance(last, ir.Assign) and last.target == base
+            if readers.get(w, set()) <= span and not any(
+                    isinstance(y, ir.Assign) and y.target in atoms | {w}
+                    and not (y is last and rebinds_at_last)
+                    for y in ir.walk(body[k + 1:m + 1])):
+                out[w] = id(body[m])
+
+    visit(fn.body)
     return out
 
 
@@ -542,8 +690,9 @@ def _cheap(expr, written):
     return False
 
 
-def _pushes(body, stmts, sites, needed, recompute, in_loop, alias, types, rev_reads, tests,
-            result_reads):
+def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_reads, tests,
+            result_reads, rebound, lazy):
+    body = fn.body
     recomputed = {id(s) for group in recompute.values() for s in group}
     recomputed_targets = {s.target for group in recompute.values() for s in group}
     pushes = set()
@@ -612,6 +761,16 @@ def _pushes(body, stmts, sites, needed, recompute, in_loop, alias, types, rev_re
 
     scan(body, frozenset())
     for v, ss in sites.items():
+        if v in lazy:
+            continue        # taken again in the reverse pass (_lazy_views)
+        if v in rebound or v in needed and not scalar(v) and isinstance(types.get(v), nbt.Array) \
+                and (len(ss) > 1 or any(id(s) in in_loop for s in ss)) and not any(
+                    id(s) in recomputed for s in ss) and not (ss and all(
+                        isinstance(s, ir.Assign) and part_of(s.expr, types) is not None
+                        and not isinstance(s.expr, ir.Atom) for s in ss)):
+            # Array references: the binding the statement drops goes on a list of arrays.
+            pushes.update(id(s) for s in rebinding_sites(fn, v, sites))
+            continue
         if v in needed and not scalar(v):
             if ss and all(isinstance(s, ir.Assign) and part_of(s.expr, types) is not None
                           and not isinstance(s.expr, ir.Atom) for s in ss) \

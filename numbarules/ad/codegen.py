@@ -164,6 +164,8 @@ class _Gen:
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
         self.fusing = False
+        self.seed_as = None         # the adjoint a statement's reverse starts from, when not
+                                    # its target's (stmt_rev_body with views)
         # Top-level calls whose callee's residuals the forward keeps (call id -> residual name);
         # the others are checkpointed (their forward runs again in the reverse).
         self.kept = {id(x.expr): f"_rr{k}" for k, x in enumerate(fn.body)
@@ -300,6 +302,25 @@ class _Gen:
         pre = sorted(v for v in (set(names) | saved)
                      if v not in fn.params and v in self.types and self.zero(self.types[v]))
         lines = [f"{v} = {self.zero(self.types[v])}" for v in pre]
+        # An array whose first binding is in a loop or a branch: its first saved reference is
+        # an empty array of its type (the reverse takes it back and nothing reads it).
+        top = {id(x) for x in fn.body}
+        first = {}
+        for x in ir.walk(fn.body):
+            if isinstance(x, ir.Assign):
+                first.setdefault(x.target, x)
+        for v in sorted({x.target for x in ir.walk(fn.body) if id(x) in self.plan.pushes
+                         and self.reference(x)}):
+            if v in fn.params or id(first[v]) in top:
+                continue
+            t = self.types[v]
+            if t.layout != "C":
+                raise UnsupportedSyntaxError(
+                    f"the array '{v}' ({t}, not C-contiguous) first bound inside a loop or a "
+                    f"branch and rebound\n{where_in(fn, first[v].line)}\n"
+                    f"Hint: bind it once before the loop (v = np.empty_like(...)) or make it "
+                    f"contiguous (np.ascontiguousarray).")
+            lines.append(f"{v} = _np.empty(({'0, ' * t.ndim}), _np.{t.dtype})")
         # Trip counts too: a loop inside a branch that is not taken never sets its own.
         top = {id(x) for x in fn.body}
         for x in ir.walk(fn.body):
@@ -359,6 +380,44 @@ class _Gen:
         out.read(f"_tape_{k}")
         out.read(f"_k_{k}")
 
+    def reference(self, s):
+        """Whether the value ``s`` overwrites is an array reference (saved on a list)."""
+        return isinstance(s, ir.Assign) and isinstance(self.types.get(s.target), nbt.Array)
+
+    def push_reference(self, out, s):
+        """Save the array ``s`` rebinds its target away from: the reference, not a copy."""
+        if self.device is not None:
+            raise UnsupportedSyntaxError(
+                f"the array '{s.target}' rebound inside a loop, in device code\n"
+                f"{where_in(self.fn, s.line)}\n"
+                f"Hint: on the GPU, bind each array once and update its elements in place.")
+        if self.fusing:
+            return
+        name = f"_lr_{s.target}"
+        self.rule_lists[name] = self.types[s.target]
+        out.add(f"{name}.append({s.target})")
+
+    def pop_reference(self, out, s):
+        """Take back the array ``s`` dropped, and its adjoint (see analysis._rebound): the
+        adjoint of a name of its class holding the same array, else a fresh zero one."""
+        v, d = s.target, self.names.d
+        out.add(f"{v} = _lr_{v}.pop()")
+        out.read(f"_lr_{v}")
+        if v not in self.plan.active or v in self.forwarded:
+            return                    # no adjoint, or one its single reader assigns
+        out.add(self.adjoint_lookup(v, (self.plan.rebound or {}).get(v, ())))
+        for m in (self.plan.rebound or {}).get(v, ()):
+            out.read(m)
+
+    def adjoint_lookup(self, v, others):
+        """``d_v = `` the adjoint of whichever of ``others`` holds the array ``v`` holds, else a
+        zero array (one line of Python, a conditional expression)."""
+        d = self.names.d
+        expr = f"_zeros_like({v})"
+        for m in reversed(others):
+            expr = f"{d(m)} if {v} is {m} else {expr}"
+        return f"{d(v)} = {expr}"
+
     def block_fwd(self, stmts, out, reserved):
         for s in stmts:
             self.stmt_fwd(s, out, reserved)
@@ -367,7 +426,9 @@ class _Gen:
         out.comment(self.fn, s.line)
         pushed = id(s) in self.plan.pushes
         if isinstance(s, ir.Assign):
-            if pushed:
+            if pushed and self.reference(s):
+                self.push_reference(out, s)
+            elif pushed:
                 self.push(out, s.target, self.pushed_type(s), reserved, s)
             kept = self.kept.get(id(s.expr)) if self.device is None else None
             cp = self.calls.get(id(s.expr))
@@ -453,7 +514,7 @@ class _Gen:
             counts[key] = counts.get(key, 0) + k
 
         for s in stmts:
-            if id(s) in self.plan.pushes:
+            if id(s) in self.plan.pushes and not self.reference(s):
                 add(self.tape_key(self.pushed_type(s), s))
             if isinstance(s, ir.If):
                 for part in (s.body, s.orelse):
@@ -493,6 +554,7 @@ class _Gen:
         synthesized = {f"_{c}{x.id}" for x in ir.walk(fn.body) if isinstance(x, (ir.For, ir.While))
                        for c in ("n", "w")}
         synthesized |= set(self.kept.values()) | {f"_l{n}" for n in self.rule_sites.values()}
+        synthesized |= {f"_lr_{v}" for v in self.types}
         primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
         residuals = sorted(v for v in reads if v in primal)
         residuals += [x for k in sorted(self.tapes) for x in (f"_tape_{k}", f"_k_{k}")]
@@ -569,10 +631,17 @@ class _Gen:
             t = self.types.get(v)
             if is_aggregate(t) and v not in self.built and v not in self.sourced:
                 header.append(f"{d(v)} = {self.tangent_zero(t, v, reads, v)}")
+        rebound = plan.rebound or {}
         for v in arrays:
             if v in self.sourced or v in self.forwarded:
                 continue        # bound below / assigned by its single reader
-            if plan.alias_of.get(v, v) == v:
+            if v in rebound:
+                # one adjoint per array, whichever names hold it now (names sort first)
+                header.append(self.adjoint_lookup(v, tuple(m for m in rebound[v] if m < v
+                                                           and m not in self.forwarded)))
+                reads.update(m for m in rebound[v] if m < v)
+                reads.add(v)
+            elif plan.alias_of.get(v, v) == v:
                 header.append(f"{d(v)} = _zeros_like({v})")
                 reads.add(v)
         # Then in program order, each bound to its source's adjoint so that writes through either
@@ -586,8 +655,9 @@ class _Gen:
             elif v in self.sourced:
                 src, k = self.sourced[v]
                 header.append(f"{d(v)} = {d(src)}" + ("" if k is None else f"[{k}]"))
-            elif v is not None and is_float_array(self.types.get(v)) \
-                    and plan.alias_of.get(v, v) != v and v not in (plan.loop_views or {}):
+            elif v is not None and is_float_array(self.types.get(v)) and v not in rebound \
+                    and plan.alias_of.get(v, v) != v and v not in (plan.loop_views or {}) \
+                    and v not in (plan.lazy_views or {}):
                 header.append(f"{d(v)} = {self.adjoint_view(s, reads)}")
         header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
         return header
@@ -750,12 +820,35 @@ class _Gen:
         out.read(f"_k_{k}")
 
     def block_rev(self, stmts, out):
+        lazy = self.plan.lazy_views or {}
         for s in reversed(stmts):
+            views = [x for x in stmts if isinstance(x, ir.Assign) and lazy.get(x.target) == id(s)]
+            if isinstance(s, ir.Assign) and id(s) in self.plan.pushes and self.reference(s) \
+                    and any(s.target in _names(x.expr) for x in views):
+                # the last use rebinds the base (u = u[::-1].copy()): the view is of the array
+                # the base held before, taken again once the reverse has restored it
+                self.stmt_rev(s, out, views)
+                continue
+            for x in views:
+                self.take_view_again(x, out)
             if id(s) in self.plan.reverse_relevant:
                 self.stmt_rev(s, out)
 
-    def stmt_rev(self, s, out):
-        self.stmt_rev_body(s, out)
+    def take_view_again(self, s, out):
+        """A view of an array rebound in its loop, and its adjoint, taken again before the
+        reverse of its last use (analysis._lazy_views): the base holds the same array then."""
+        for a in s.expr.atoms():
+            if isinstance(a, ir.Name):
+                out.read(a.id)
+        out.add(f"{s.target} = {ir.expr_src(s.expr)}")
+        if s.target in self.plan.active:
+            reads = set()
+            out.add(f"{self.names.d(s.target)} = {self.adjoint_view(s, reads)}")
+            for name in reads:
+                out.read(name)
+
+    def stmt_rev(self, s, out, views=()):
+        self.stmt_rev_body(s, out, views)
         for name in sorted(out.fresh):   # the reader made no contribution: it is zero
             var = self.names.primal_of(name)
             zero = f"_zeros_like({var})" if is_float_array(self.types.get(var)) else "0.0"
@@ -764,16 +857,32 @@ class _Gen:
             out.add(f"{name} = {zero}")
         out.fresh = set()
 
-    def stmt_rev_body(self, s, out):
+    def stmt_rev_body(self, s, out, views=()):
         out.comment(self.fn, s.line)
         plan, d = self.plan, self.names.d
         out.fresh = {d(v) for v in self.forwarded_by.get(id(s), ())}
         out.casts = {d(v): self.types[v].dtype for v in self.forwarded_by.get(id(s), ())
                      if is_float_array(self.types[v]) and self.types[v].dtype != nbt.float64}
-        if isinstance(s, ir.Assign):
+        if isinstance(s, ir.Assign) and views:
+            # (see block_rev) the adjoint of the new array first, then the old one restored
+            # and its views taken again, then the statement's adjoint
+            if s.target in plan.active:
+                out.add(f"_gr = {d(s.target)}")
+            self.pop_reference(out, s)
+            for x in views:
+                self.take_view_again(x, out)
+            if s.target in plan.active:
+                self.seed_as = "_gr"
+                try:
+                    self.adjoint(s, out)
+                finally:
+                    self.seed_as = None
+        elif isinstance(s, ir.Assign):
             if s.target in plan.active:
                 self.adjoint(s, out)
-            if id(s) in plan.pushes:
+            if id(s) in plan.pushes and self.reference(s):
+                self.pop_reference(out, s)
+            elif id(s) in plan.pushes:
                 self.pop(out, s.target, self.pushed_type(s))
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
@@ -844,7 +953,8 @@ class _Gen:
     def recompute(self, loop, out):
         """At the start of a reverse iteration: re-execute what the plan recomputes, then bind
         the adjoints of the views taken in this loop (``d_r = d_M[t]``) for this iteration."""
-        views = self.loop_views(loop)
+        views = self.loop_views(loop) + [x for x in loop.body if isinstance(x, ir.Assign)
+                                         and x.target in (self.plan.lazy_views or {})]
         indices = {a.id for v in views for a in v.expr.atoms() if isinstance(a, ir.Name)}
         group = [s for s in self.plan.recompute.get(loop.id, ())
                  if s.target in self.plan.needed or s.target in indices]
@@ -870,6 +980,8 @@ class _Gen:
 
     def seed(self, s, out):
         """The adjoint flowing into ``s``'s target; reset it when the target is written again."""
+        if self.seed_as:
+            return self.seed_as
         d = self.names.d(s.target)
         if s.target in self.forwarded:
             return d         # assigned afresh by its single reader, just before in this sweep
@@ -1281,6 +1393,10 @@ def _matmul_adjoint(a, b, act, src, g, acc, ndim):
     if act(b):
         lines.append(acc(b, "+", db))
     return lines
+
+
+def _names(expr):
+    return {a.id for a in expr.atoms() if isinstance(a, ir.Name)}
 
 
 def _forwardable(fn, types, plan):

@@ -92,6 +92,14 @@ def fusion(fn, plan, types=None):
         return None
     if any(id(s) in plan.pushes for s in ir.walk(post)):
         return None
+    if any(isinstance(s, ir.Assign) and (s.target in (plan.rebound or {})
+                                         or s.target in (plan.lazy_views or {})
+                                         or id(s) in plan.pushes and types is not None
+                                         and isinstance(types.get(s.target), nbt.Array))
+           for s in inside):
+        # An array rebound in the loop: its adjoint follows its reference through the sweep,
+        # which needs the references saved in order (analysis._rebound).
+        return None
     if any(isinstance(s, ir.If) for s in post):
         # The reverse of post runs before the loop, and so before post's forward: a branch in
         # post would be reversed on a test not computed yet (an early return after the loop).

@@ -59,6 +59,10 @@ FEATURES = {
               "constant indices, tuple unpacking",
     "tuple_loop": "a tuple of floats indexed by a loop variable",
     "swaps": "a, b = b, a of scalars, and of arrays inside a loop",
+    "timeloops": "time-stepping loops: arrays rebound in a loop (u, v = v, u; u = u_new; "
+                 "w = u.copy(); u = u + c * u * (1.0 - u)), whole-array expressions, stencils "
+                 "on slices and views of the rebound array inside the loop, arrays bound in "
+                 "branches",
     "layouts": "array arguments Fortran-ordered, transposed, strided and reversed",
     "refusals": "constructs the README lists as refused (must be refused cleanly or "
                 "differentiated right)",
@@ -70,7 +74,9 @@ REFUSAL_CLASSES = {
     "view in loop or branch": r"a view \([^)]*\) of a differentiated array taken inside a "
                               r"(branch|loop)",
     "array rebound": r"the array variable '[^']*' bound more than once or inside a loop"
-                     r"|a whole-array expression \(an array temporary\) evaluated inside a loop",
+                     r"|a whole-array expression \(an array temporary\) evaluated inside a loop"
+                     r"|of the array '[^']*', which is rebound"
+                     r"|first bound inside a loop or a branch and rebound",
     "argument write": r"writing into the argument array",
     "write through a returned view": r"which shares memory with the array .* returned",
     "struct built in loop or branch": r"building the struct .* inside a branch or loop"
@@ -783,6 +789,8 @@ class Generator:
             opts += [(2, self.s_swap)]
             if ctx.top:
                 opts += [(1.5, self.s_swap_arrays)]
+        if h("timeloops") and ctx.top:
+            opts += [(3, self.s_timeloop)]
         if h("refusals") and ctx.top:
             opts += [(2, self.s_refusal)]
         self.pick(opts)(ctx)
@@ -1409,6 +1417,83 @@ class Generator:
         self.emit(c1, f"{a}, {b} = {b}, {a}")
         self.emit(ctx, f"s += np.sum({a}) + {b}[0]")
 
+    def s_timeloop(self, ctx):
+        """A time loop over a local copy of a vector, in one of the forms simulations take."""
+        vec = [v for v in self.vecs(ndim=1) if v.shape[0] >= 3]
+        if not vec:
+            return self.s_accum(ctx)
+        v = self.r.choice(vec)
+        n = v.shape[0]
+        u, w, it, i = self.fresh("u"), self.fresh("w"), self.fresh("it"), self.fresh("i")
+        c, e = self.const(0.05, 0.3), self.new_float(ctx, f"0.3 * ({self.fexpr(ctx, 1)})")
+        steps = self.r.randint(0, 3)
+        form = self.pick([(2, "copy"), (2, "stencil"), (2, "expr"), (2, "swap"), (1, "view"),
+                          (1, "branch"), (1, "inner"), (1, "rotate"), (1.5, "slices")])
+        self.use(f"time loop: {form}")
+        if form == "slices":
+            steps = self.r.randint(2, 3)      # one step would not change the views' shapes
+        self.emit(ctx, f"{u} = {v.expr}{self.pick([(2, '.copy()'), (1, ' * 1.0')])}")
+        c1 = ctx.inner(in_loop=True, loop_kind="for")
+        c2 = c1.inner(loops=ctx.loops + ((i, 1, n - 2),))
+        b = self.fresh("b")
+        if form == "swap":
+            self.emit(ctx, f"{w} = np.zeros({n})")
+        elif form == "rotate":
+            self.emit(ctx, f"{w} = {u} * 0.5")
+            self.emit(ctx, f"{b} = np.zeros({n})")
+        self.emit(ctx, f"for {it} in range({steps}):")
+        if form == "copy":             # w = u.copy(); u[i] = f(w[i-1], w[i], w[i+1])
+            self.emit(c1, f"{w} = {u}.copy()")
+            self.emit(c1, f"for {i} in range(1, {n - 1}):")
+            self.emit(c2, f"{u}[{i}] = {w}[{i}] + {c} * ({w}[{i} - 1] - 2.0 * {w}[{i}] + "
+                          f"{w}[{i} + 1]) + {e} * {w}[{i}] * {w}[{i}]")
+        elif form == "stencil":        # slices of u, a fresh array, u = u_new
+            self.emit(c1, f"{w} = {u}[:-2] + {u}[2:] - 2.0 * {u}[1:-1]")
+            un = self.fresh("un")
+            self.emit(c1, f"{un} = {self.pick([(1, f'{u}.copy()'), (1, f'np.zeros_like({u})')])}")
+            self.emit(c1, f"{un}[1:-1] = {u}[1:-1] + {c} * {w} + {e} * {u}[1:-1]")
+            self.emit(c1, f"{u} = {un}")
+        elif form == "expr":           # u = expression of u
+            self.emit(c1, f"{u} = " + self.pick([
+                (2, f"{u} + {c} * {u} * (1.0 - {u}) + {e}"),
+                (1, f"{u} * {e} + np.tanh({u})"),
+                (1, f"{u} - {c} * np.sum({u} * {u}) + {e} * {u}")]))
+        elif form == "swap":           # two buffers, element loop, swap
+            self.emit(c1, f"for {i} in range(1, {n - 1}):")
+            self.emit(c2, f"{w}[{i}] = {u}[{i}] + {c} * ({u}[{i} - 1] - 2.0 * {u}[{i}] + "
+                          f"{u}[{i} + 1]) + {e} * {u}[{i}]")
+            self.emit(c1, f"{u}, {w} = {w}, {u}")
+            self.emit(ctx, f"s += {w}[1]")
+        elif form == "rotate":         # three buffers rotated
+            self.emit(c1, f"for {i} in range({n}):")
+            c3 = c1.inner(loops=ctx.loops + ((i, 0, n - 1),))
+            self.emit(c3, f"{b}[{i}] = {c} * {u}[{i}] + {e} * {w}[{i}] * {u}[{i}]")
+            self.emit(c1, f"{u}, {w}, {b} = {b}, {u}, {w}")
+            self.emit(ctx, f"s += {w}[0] + {b}[{n - 1}]")
+        elif form == "view":           # a view of the rebound array taken in the loop
+            self.emit(c1, f"{w} = {u}[1:3]")
+            self.emit(c1, f"s += {w}[0] * {w}[1] * {e}")
+            self.emit(c1, f"{u} = {u} * {self.const(0.5, 1.1)} + {c}")
+        elif form == "branch":         # bound in a branch, or in a loop and a branch
+            self.emit(c1, f"if {self.cond(c1)}:")
+            self.emit(c1.inner(), f"{u} = {u} * {e} + {c}")
+            self.emit(c1, "else:")
+            self.emit(c1.inner(), f"{u} = {u}[::-1].copy()")
+        elif form == "slices":         # views whose shape changes with the iteration
+            y = self.fresh("y")
+            self.emit(c1, f"{y} = {u}[{it}:] * {e}" if self.chance(0.5) else
+                      f"{y} = {u}[:{n} - {it}] + {u}[{it}:] * {c}")
+            self.emit(c1, f"s += np.sum({y} * {y}) * {c}")
+            if self.chance(0.5):
+                self.emit(c1, f"{u} = {u} * {self.const(0.5, 1.1)}")
+        else:                          # an array temporary in an inner loop
+            self.emit(c1, f"for {i} in range({n}):")
+            c3 = c1.inner(loops=ctx.loops + ((i, 0, n - 1),))
+            self.emit(c3, f"{w} = {u} * {u}[{i}]")
+            self.emit(c3, f"s += np.sum({w}) * {c}")
+            self.emit(c1, f"{u} = {u} * {e}")
+        self.emit(ctx, f"s += np.sum({u} * {u}) * {self.const(0.1, 0.5)} + {u}[0]")
+
     def s_refusal(self, ctx):
         vec = self.vecs(ndim=1)
         names = {a.name for a in self.args if a.kind == "v"}
@@ -1475,7 +1560,7 @@ class Generator:
         r = self.r
         layouts = h("layouts")
         array_feats = ("arrays", "rows", "views", "numpy", "globals", "viewcalls", "loopflow",
-                       "swaps", "layouts", "refusals")
+                       "swaps", "layouts", "refusals", "timeloops")
         args = [Arg("x0", "f", diff=True)]
         if self.chance(0.5):
             args.append(Arg("x1", "f", diff=True))
@@ -1637,6 +1722,8 @@ class Generator:
             self.s_tuple_loop(ctx)
         elif feature == "swaps":
             (self.s_swap_arrays if self.chance(0.4) else self.s_swap)(ctx)
+        elif feature == "timeloops":
+            self.s_timeloop(ctx)
         elif feature == "layouts":
             self.pick([(1, self.s_numpy), (1, self.s_view), (1, self.s_arg_loop)])(ctx)
         elif feature == "refusals":

@@ -127,25 +127,40 @@ def _describe_path(args_spec, i, path):
 # --- tracing: the lines a Python run executes -----------------------------------------------------
 
 class _Tracer:
+    """Hashes the lines a run executes, and records the largest magnitude of a float the
+    program's frames hold (``big``): past ``BIG`` a sum like ``s + (x - s)`` absorbs ``x``
+    entirely (fuzz seed 20261401 #31: s = 4e58, the derivative is 1 and finite differences
+    see 0), so finite differences say nothing there and the point is re-drawn."""
+
     def __init__(self, files):
         self.files = files
         self.h = 0
+        self.big = 0.0
 
     def __call__(self, frame, event, arg):
         if frame.f_code.co_filename not in self.files:
             return None
         if event == "line":
             self.h = hash((self.h, frame.f_code.co_name, frame.f_lineno))
+            for v in frame.f_locals.values():
+                if isinstance(v, float) and abs(v) > self.big:   # np.float64 too
+                    self.big = abs(v)
         return self
 
 
-def _run_traced(f, args, files):
+#: Intermediate values past this make finite differences unreliable (absorption); see _Tracer.
+BIG = 1e8
+
+
+def _run_traced(f, args, files, big=None):
     tr = _Tracer(files)
     sys.settrace(tr)
     try:
         y = f(*_fresh(args))
     finally:
         sys.settrace(None)
+    if big is not None:
+        big.append(tr.big)
     return y, tr.h
 
 
@@ -165,9 +180,10 @@ def _as_float(y):
 
 
 def finite_differences(f, args, diff_args, files):
-    y0, trace0 = _run_traced(f, args, files)
+    big = []
+    y0, trace0 = _run_traced(f, args, files, big)
     y0 = _as_float(y0)
-    if not math.isfinite(y0) or abs(y0) > 1e8:
+    if not math.isfinite(y0) or abs(y0) > BIG or big[0] > BIG:
         return None
     atol = ATOL * max(1.0, abs(y0))
     grads, unstable = {}, []
