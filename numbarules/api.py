@@ -10,6 +10,7 @@ import inspect
 import re
 
 import numba
+import numba.typed
 import numpy as np
 
 from . import cache, kernels, lattice, numba_glue, registry, rules
@@ -449,12 +450,18 @@ def code(f, *args, kind="forward"):
     return sources[kind]
 
 
-def _nbytes(v):
-    """Bytes a residual holds: a rule's or callee's kept residuals are tuples."""
+def _nbytes(v, seen):
+    """Bytes a residual holds: a rule's or callee's kept residuals are tuples; the arrays a
+    rebinding dropped are on lists (each array counted once: a swap puts the same two on them
+    again and again)."""
     if isinstance(v, np.ndarray):
+        key = (v.__array_interface__["data"][0], v.nbytes)
+        if key in seen:
+            return 0
+        seen.add(key)
         return v.nbytes
-    if isinstance(v, tuple):
-        return sum(_nbytes(x) for x in v)
+    if isinstance(v, (tuple, numba.typed.List)):
+        return sum(_nbytes(x, seen) for x in v)
     return 8
 
 
@@ -471,7 +478,8 @@ def ad_stats(f, *args, argnums=None):
     names = spec.kernels.residuals
     values = dict(zip(names, residuals))
     tape = sum(int(values[f"_k_{k}"]) * values[f"_tape_{k}"].itemsize for k in spec.kernels.tape_keys)
-    total = sum(_nbytes(v) for n, v in values.items() if not n.startswith("_tape_"))
+    seen = set()
+    total = sum(_nbytes(v, seen) for n, v in values.items() if not n.startswith("_tape_"))
     if spec.kernels.fused:
         # grad and value_and_grad run the fused vjp: one pass, at most one iteration saved.
         tape = total = 0

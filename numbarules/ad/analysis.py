@@ -125,9 +125,10 @@ def plan(fn, types, mask, classify):
     lazy = _lazy_views(fn, types, view_of, sites, in_loop, loop_views)
     _check_views(fn, stmts, types, active, alias, view_of, in_loop, {**loop_views, **lazy})
     _check_array_methods(fn, stmts, types, active)
+    _check_aggregates(fn, stmts, types, active, sites, in_loop)
     rebound = _rebound(fn, stmts, types, active, alias, view_of, {**loop_views, **lazy}, sites,
                        in_loop)
-    _check_arrays(fn, stmts, types, active, sites, in_loop, {**loop_views, **lazy}, rebound)
+    _check_arrays(fn, active, types, sites, in_loop, {**loop_views, **lazy}, rebound)
     # What taking a lazy view again reads: its base and indices. And the array operands of
     # differentiated statements: their adjoints read at least their shapes (_ub(g, x) sums g
     # to x's shape, a rule's tangent is checked against it), which change when the array is
@@ -363,6 +364,12 @@ def rebinding_sites(fn, v, sites):
     return ss
 
 
+def _array_named(v):
+    if v.startswith("_t") and v[2:].isdigit():
+        return "the array an expression makes"
+    return f"the array '{v}'"
+
+
 def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loop):
     """Differentiated arrays bound more than once or inside a loop, and their alias classes:
     ``{name: (the other names of its class)}``.
@@ -398,7 +405,7 @@ def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loo
                                            and view_base(s.expr, types) == m), None)
             if view is not None:
                 raise UnsupportedSyntaxError(
-                    f"a view (slice, .T or reshape) of the array '{v}', which is rebound (in a "
+                    f"a view (slice, .T or reshape) of {_array_named(v)}, which is rebound (in a "
                     f"loop, or more than once)\n{where(fn, view.line)}\n"
                     f"Hint: index its elements (x[i, j]) instead, or copy the slice "
                     f"(x[a:b].copy()).")
@@ -412,7 +419,7 @@ def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loo
                     and is_aggregate(types.get(s.target)) and any(
                         isinstance(a, ir.Name) and a.id in members for a in s.expr.args):
                 raise UnsupportedSyntaxError(
-                    f"a struct or tuple holding the array '{v}', which is rebound (in a loop, "
+                    f"a struct or tuple holding {_array_named(v)}, which is rebound (in a loop, "
                     f"or more than once)\n{where(fn, s.line)}\n"
                     f"Hint: pass the array itself, or bind it once outside loops and update "
                     f"its elements in place.")
@@ -421,7 +428,7 @@ def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loo
     return out
 
 
-def _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views, rebound):
+def _check_aggregates(fn, stmts, types, active, sites, in_loop):
     for v in active:
         if not holds_arrays(types.get(v)):
             continue
@@ -447,6 +454,9 @@ def _check_arrays(fn, stmts, types, active, sites, in_loop, loop_views, rebound)
                 f"indexing a tuple of arrays or structs with a run-time index\n"
                 f"{where(fn, s.line)}\n"
                 f"Hint: index it with a constant, or pass a NumPy array.")
+
+
+def _check_arrays(fn, active, types, sites, in_loop, loop_views, rebound):
     for v in active:
         if not is_float_array(types.get(v)):
             continue

@@ -75,12 +75,13 @@ REFUSAL_CLASSES = {
                               r"(branch|loop)",
     "array rebound": r"the array variable '[^']*' bound more than once or inside a loop"
                      r"|a whole-array expression \(an array temporary\) evaluated inside a loop"
-                     r"|of the array '[^']*', which is rebound"
+                     r"|of the array( '[^']*'| an expression makes), which is rebound"
                      r"|first bound inside a loop or a branch and rebound",
     "argument write": r"writing into the argument array",
     "write through a returned view": r"which shares memory with the array .* returned",
     "struct built in loop or branch": r"building the struct .* inside a branch or loop"
-                                      r"|\(holding differentiated arrays\) is bound more than once",
+                                      r"|\(holding differentiated arrays\) is bound more than once"
+                                      r"|a struct or tuple holding the array",
     "struct rebound": r"rebinding the struct",
     "no tangent type": r"a value of type .* that depends on a differentiated input",
     "tape cannot hold": r"which the reverse pass needs \(a tape saves numbers",

@@ -1,0 +1,102 @@
+"""Time-stepping simulations: the gradient against the njit primal of the same formulation, both
+measured in this run (issue 15). Target: gradient <= 4x its primal.
+
+2-D reaction-diffusion ``u <- u + k*lap(u) + r*u*(1-u)`` (gradient with respect to the initial
+field and k), in the three ways a Numba user writes it:
+
+- ``swap``: two buffers, an element loop, ``u, v = v, u`` each step;
+- ``copy``: ``v = u.copy()`` each step, then the element loop writes ``u``;
+- ``slices``: whole-array expressions on slices, ``u = u + ...`` rebinding ``u`` each step.
+
+Also reported: the tape and residual bytes of the gradient (``nr.ad_stats``).
+
+Run: python perf/bench_sim.py [--quick]
+"""
+
+import argparse
+import os
+import time
+
+if __name__ == "__main__":
+    for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+import numba        # noqa: E402
+import numpy as np  # noqa: E402
+
+import numbarules as nr  # noqa: E402
+
+
+def rd_swap(u0, k, steps):
+    n = u0.shape[0]
+    u = u0.copy()
+    v = np.zeros_like(u0)
+    for t in range(steps):
+        for i in range(1, n - 1):
+            for j in range(1, n - 1):
+                lap = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j]
+                v[i, j] = u[i, j] + k * lap + 0.1 * u[i, j] * (1.0 - u[i, j])
+        u, v = v, u
+    s = 0.0
+    for i in range(n):
+        for j in range(n):
+            s += u[i, j] * u[i, j]
+    return s
+
+
+def rd_copy(u0, k, steps):
+    n = u0.shape[0]
+    u = u0.copy()
+    for t in range(steps):
+        v = u.copy()
+        for i in range(1, n - 1):
+            for j in range(1, n - 1):
+                lap = v[i - 1, j] + v[i + 1, j] + v[i, j - 1] + v[i, j + 1] - 4.0 * v[i, j]
+                u[i, j] = v[i, j] + k * lap + 0.1 * v[i, j] * (1.0 - v[i, j])
+    return np.sum(u * u)
+
+
+def rd_slices(u0, k, steps):
+    u = u0.copy()
+    for t in range(steps):
+        lap = np.zeros_like(u)
+        lap[1:-1, 1:-1] = (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                           - 4.0 * u[1:-1, 1:-1])
+        u = u + k * lap + 0.1 * u * (1.0 - u)
+    return np.sum(u * u)
+
+
+def best(f, *args, repeat=5):
+    f(*args)
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f(*args)
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    n, steps = (64, 50) if a.quick else (256, 200)
+    u0 = np.random.default_rng(0).random((n, n)) * 0.5
+    print(f"reaction-diffusion {n}x{n}, {steps} steps; gradient w.r.t. u0 and k")
+    print(f"{'formulation':<10} {'njit primal':>12} {'nr.grad':>10} {'ratio':>7} "
+          f"{'first grad':>11} {'tape MB':>8} {'residual MB':>12}")
+    for f in (rd_swap, rd_copy, rd_slices):
+        primal = numba.njit(f)
+        tp = best(primal, u0, 0.1, steps)
+        g = nr.grad(f, argnums=(0, 1))
+        t0 = time.perf_counter()
+        g(u0, 0.1, steps)
+        first = time.perf_counter() - t0
+        tg = best(g, u0, 0.1, steps, repeat=3)
+        st = nr.ad_stats(f, u0, 0.1, steps, argnums=(0, 1))
+        print(f"{f.__name__[3:]:<10} {tp * 1e3:>10.1f}ms {tg * 1e3:>8.1f}ms {tg / tp:>6.1f}x "
+              f"{first:>10.1f}s {st['tape_bytes'] / 1e6:>8.1f} {st['residual_bytes'] / 1e6:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()
