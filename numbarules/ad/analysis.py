@@ -19,8 +19,10 @@ and per assignment site ``S`` of ``v``:
                               reads neither operand. (Array variables keep the coarser rule:
                               needed and several sites or inside a loop.)
 
-Arrays are single-assignment here (a name bound once, outside loops, when the array is active);
-their overwritten *elements* are saved at each ``Store`` when the reverse pass reads the array.
+An array name bound once holds one array throughout; its overwritten *elements* are saved at
+each ``Store`` when the reverse pass reads the array. An array name rebound (in a loop, in
+branches) is a reference that the forward saves on a list and the reverse takes back, with the
+adjoint of the array it holds (``_rebound``).
 """
 
 import math
@@ -405,7 +407,8 @@ def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loo
                                            and view_base(s.expr, types) == m), None)
             if view is not None:
                 raise UnsupportedSyntaxError(
-                    f"a view (slice, .T or reshape) of {_array_named(v)}, which is rebound (in a "
+                    f"a view (slice, .T or reshape) of "
+                    f"{_array_named(view_base(view.expr, types) or v)}, which is rebound (in a "
                     f"loop, or more than once)\n{where(fn, view.line)}\n"
                     f"Hint: index its elements (x[i, j]) instead, or copy the slice "
                     f"(x[a:b].copy()).")
@@ -520,7 +523,9 @@ def _loop_views(fn, types, active, view_of, recompute):
 
 def _lazy_views(fn, types, view_of, sites, in_loop, loop_views):
     """Views of an array that is rebound (``lap = u[2:] - u[:-2]`` in a time loop that ends
-    with ``u = u_new``; ``u[::-1].copy()`` in a branch): v -> id() of the last statement of the
+    with ``u = u_new``; ``u[::-1].copy()`` in a branch), and views taken in a loop or branch that
+    _loop_views does not bind (``x[a:b]`` with bounds the loop computes, a reshape in a
+    branch): v -> id() of the last statement of the
     view's block that uses it, before whose reverse the view and its adjoint are taken again
     (``_t5 = u[2:]; _d5 = d_u[2:]``).
 
@@ -539,8 +544,9 @@ def _lazy_views(fn, types, view_of, sites, in_loop, loop_views):
             readers.setdefault(n, set()).add(id(x))
     out = {}
 
-    def visit(body):
-        body = list(body)
+    def visit(block):
+        body = list(block)
+        in_loop_or_branch = block is not fn.body
         inside = [{id(y) for y in ir.walk([st])} for st in body]
         for k, x in enumerate(body):
             if isinstance(x, ir.If):
@@ -555,8 +561,8 @@ def _lazy_views(fn, types, view_of, sites, in_loop, loop_views):
                     or x.target in loop_views or len(sites.get(x.target, ())) != 1:
                 continue
             w, base = x.target, view_base(x.expr, types)
-            if not rebinds(base):
-                continue
+            if not rebinds(base) and not in_loop_or_branch:
+                continue      # bound once when the pullback starts (adjoint_header)
             used = [j for j in range(k + 1, len(body)) if readers.get(w, set()) & inside[j]]
             if not used:
                 continue
@@ -789,10 +795,60 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
             pushes.update(id(s) for s in ss if id(s) not in recomputed
                           and (len(ss) > 1 or id(s) in in_loop))
     needed_arrays = {alias.get(n, n) for n in needed}
+    fresh = _stores_into_fresh(fn.body, alias)
     for s in stmts:
-        if isinstance(s, ir.Store) and alias.get(s.array, s.array) in needed_arrays:
+        if isinstance(s, ir.Store) and alias.get(s.array, s.array) in needed_arrays \
+                and id(s) not in fresh:
             pushes.add(id(s))
     return pushes
+
+
+_ALLOCATIONS = {"zeros", "ones", "empty", "zeros_like", "ones_like", "empty_like", "full"}
+
+
+def _makes_new_array(e):
+    """Whether ``e`` certainly makes a new array (not one a call may hand back)."""
+    if isinstance(e, (ir.BinOp, ir.UnaryOp)):
+        return True
+    if isinstance(e, ir.MethodCall):
+        return e.name == "copy"
+    return isinstance(e, ir.Call) and getattr(e.func, "__module__", "") == "numpy" \
+        and getattr(e.func, "__name__", "") in _ALLOCATIONS
+
+
+def _stores_into_fresh(body, alias):
+    """id() of stores that overwrite what a new array was made with (``lap = np.zeros_like(u);
+    lap[1:-1] = ...``): the array is bound earlier in the same block by an operation that makes
+    a new array, no statement in between mentions it, and it shares memory with no other name.
+    The reverse pass never reads those old contents, so they are not saved."""
+    shared = set(alias) | set(alias.values())
+    out = set()
+
+    def visit(block):
+        made = {}        # array name -> whether nothing mentioned it since it was made
+        for s in block:
+            if isinstance(s, ir.Store) and made.get(s.array):
+                out.add(id(s))
+            touched = {n for x in ir.walk([s]) for n in stmt_reads(x)}
+            touched |= {x.array for x in ir.walk([s]) if isinstance(x, ir.Store)}
+            for n in touched:
+                made[n] = False
+            if isinstance(s, ir.Assign) and s.target not in shared and _makes_new_array(s.expr):
+                made[s.target] = True
+            for x in ir.walk([s]):
+                if x is not s and isinstance(x, ir.Assign):
+                    made[x.target] = False
+            if isinstance(s, ir.If):
+                visit(s.body)
+                visit(s.orelse)
+            elif isinstance(s, ir.For):
+                visit(s.body)
+            elif isinstance(s, ir.While):
+                visit(s.cond)
+                visit(s.body)
+
+    visit(body)
+    return out
 
 
 def _recompute_operands(group, recomputed_targets):

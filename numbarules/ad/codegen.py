@@ -310,7 +310,7 @@ class _Gen:
             if isinstance(x, ir.Assign):
                 first.setdefault(x.target, x)
         for v in sorted({x.target for x in ir.walk(fn.body) if id(x) in self.plan.pushes
-                         and self.reference(x)}):
+                         and self.reference(x) and not self.reference_unread(x)}):
             if v in fn.params or id(first[v]) in top:
                 continue
             t = self.types[v]
@@ -384,6 +384,14 @@ class _Gen:
         """Whether the value ``s`` overwrites is an array reference (saved on a list)."""
         return isinstance(s, ir.Assign) and isinstance(self.types.get(s.target), nbt.Array)
 
+    def reference_unread(self, s):
+        """A temporary array the reverse pass never reads (not even its shape) and whose
+        adjoint its single reader assigns: the array it drops need not be kept (nor memory
+        held for it)."""
+        v = s.target
+        return v in self.forwarded and not (self.plan.rebound or {}).get(v) \
+            and v not in self.plan.needed
+
     def push_reference(self, out, s):
         """Save the array ``s`` rebinds its target away from: the reference, not a copy."""
         if self.device is not None:
@@ -427,7 +435,8 @@ class _Gen:
         pushed = id(s) in self.plan.pushes
         if isinstance(s, ir.Assign):
             if pushed and self.reference(s):
-                self.push_reference(out, s)
+                if not self.reference_unread(s):
+                    self.push_reference(out, s)
             elif pushed:
                 self.push(out, s.target, self.pushed_type(s), reserved, s)
             kept = self.kept.get(id(s.expr)) if self.device is None else None
@@ -881,7 +890,8 @@ class _Gen:
             if s.target in plan.active:
                 self.adjoint(s, out)
             if id(s) in plan.pushes and self.reference(s):
-                self.pop_reference(out, s)
+                if not self.reference_unread(s):
+                    self.pop_reference(out, s)
             elif id(s) in plan.pushes:
                 self.pop(out, s.target, self.pushed_type(s))
         elif isinstance(s, ir.Store):

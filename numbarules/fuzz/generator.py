@@ -1429,7 +1429,8 @@ class Generator:
         c, e = self.const(0.05, 0.3), self.new_float(ctx, f"0.3 * ({self.fexpr(ctx, 1)})")
         steps = self.r.randint(0, 3)
         form = self.pick([(2, "copy"), (2, "stencil"), (2, "expr"), (2, "swap"), (1, "view"),
-                          (1, "branch"), (1, "inner"), (1, "rotate"), (1.5, "slices")])
+                          (1, "branch"), (1, "inner"), (1, "rotate"), (1.5, "slices"),
+                          (1, "window")])
         self.use(f"time loop: {form}")
         if form == "slices":
             steps = self.r.randint(2, 3)      # one step would not change the views' shapes
@@ -1480,6 +1481,18 @@ class Generator:
             self.emit(c1.inner(), f"{u} = {u} * {e} + {c}")
             self.emit(c1, "else:")
             self.emit(c1.inner(), f"{u} = {u}[::-1].copy()")
+        elif form == "window":         # a view at an offset the loop computes, a reshape
+            a = self.fresh("a")
+            self.emit(c1, f"{a} = ({it} * 2 + 1) % {n - 1}")
+            self.emit(c1, f"{w} = {u}[{a}:{a} + 2]")
+            self.emit(c1, f"s += {w}[0] * {w}[1] * {e}")
+            self.emit(c1, f"if {self.cond(c1)}:")
+            c4 = c1.inner(branch=True)
+            r = self.fresh("r")
+            self.emit(c4, f"{r} = {u}.reshape(({n}, 1))")
+            self.emit(c4, f"s += np.sum({r} * {r}) * {c}")
+            if self.chance(0.5):
+                self.emit(c1, f"{u} = {u} * {self.const(0.5, 1.1)}")
         elif form == "slices":         # views whose shape changes with the iteration
             y = self.fresh("y")
             self.emit(c1, f"{y} = {u}[{it}:] * {e}" if self.chance(0.5) else
