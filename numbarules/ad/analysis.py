@@ -103,8 +103,9 @@ class Plan:
                                # iterations bind its adjoint (see _loop_views)
     rebound: dict = None       # array variable of a class that is rebound (in a loop, or more
                                # than once) -> the other names of its class (see _rebound)
-    lazy_views: dict = None    # view taken in a loop of an array the loop rebinds -> id() of
-                               # the statement before whose reverse it is bound (_lazy_views)
+    lazy_views: dict = None    # view taken again in the reverse pass (of a rebound array, or in
+                               # a loop or branch) -> id() of the statement before whose
+                               # reverse it is taken (_lazy_views)
 
 
 def plan(fn, types, mask, classify):
@@ -135,11 +136,11 @@ def plan(fn, types, mask, classify):
     # differentiated statements: their adjoints read at least their shapes (_ub(g, x) sums g
     # to x's shape, a rule's tangent is checked against it), which change when the array is
     # rebound or is a view taken in a loop (x[i:] * 2.0 in a loop over i).
-    lazy_reads = {n for s in stmts if isinstance(s, ir.Assign) and s.target in lazy
-                  for n in _reads(s.expr)}
-    lazy_reads |= {n for s in stmts if isinstance(s, ir.Assign) and s.target in active
+    always_read = {n for s in stmts if isinstance(s, ir.Assign) and s.target in lazy
+                   for n in _reads(s.expr)}
+    always_read |= {n for s in stmts if isinstance(s, ir.Assign) and s.target in active
                    for n in _reads(s.expr) if n in active and is_array(types.get(n))}
-    lazy_reads |= {s.value.id for s in stmts if isinstance(s, ir.Store) and s.array in active
+    always_read |= {s.value.id for s in stmts if isinstance(s, ir.Store) and s.array in active
                    and isinstance(s.value, ir.Name) and is_array(types.get(s.value.id))}
     calls = {}
     for s in stmts:
@@ -158,7 +159,7 @@ def plan(fn, types, mask, classify):
     tests = set()
     while True:
         needed = _needed(stmts, active, recompute, callee_reads,
-                         tests | result_reads | lazy_reads, quotients)
+                         tests | result_reads | always_read, quotients)
         pushes = _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types,
                          lambda s: _rev_reads(s, active, callee_reads, quotients), tests,
                          result_reads, rebound, lazy)
@@ -355,6 +356,20 @@ def part_of(expr, types):
     return base.id if isinstance(base, ir.Name) and is_aggregate(types.get(base.id)) else None
 
 
+def _rebinds(fn, v, sites, in_loop):
+    """Whether variable ``v`` is bound more than once, inside a loop, or (a parameter) at all."""
+    ss = sites.get(v, [])
+    return bool(v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss))
+
+
+def _one_part(ss, types):
+    """Whether the assignments ``ss`` all read the same part of one aggregate (``o.w``): the
+    same array every time, an alias of the aggregate's field."""
+    return bool(ss) and all(isinstance(s, ir.Assign) and part_of(s.expr, types) is not None
+                            and not isinstance(s.expr, ir.Atom) for s in ss) \
+        and len({ir.expr_src(s.expr) for s in ss}) == 1
+
+
 def rebinding_sites(fn, v, sites):
     """The assignments of array variable ``v`` after which the reverse pass must restore its
     previous binding: all of them but a first one at the top level (nothing is bound before it,
@@ -385,21 +400,14 @@ def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loo
     (``v = u.copy()``, ``u = u + k * lap``) alike. Refused in such a class: views (the view's
     adjoint is bound once, to one array's) and aggregates holding its arrays (likewise).
     """
-    def rebinds(v):
-        ss = sites.get(v, [])
-        return bool(v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss))
-
     classes = {}
     for v in types:
         classes.setdefault(alias.get(v, v), []).append(v)
     out = {}
     for v in sorted(active):
-        if not is_float_array(types.get(v)) or v in out or not rebinds(v) or v in loop_views:
+        if not is_float_array(types.get(v)) or v in out or v in loop_views \
+                or not _rebinds(fn, v, sites, in_loop) or _one_part(sites.get(v, []), types):
             continue
-        ss = sites.get(v, [])
-        if ss and all(part_of(s.expr, types) is not None and not isinstance(s.expr, ir.Atom)
-                      for s in ss) and len({ir.expr_src(s.expr) for s in ss}) == 1:
-            continue      # one field of one aggregate: the same array every time (_check_arrays)
         # Views taken in loops are bound per iteration (_loop_views, _lazy_views): not members.
         members = sorted(m for m in classes.get(alias.get(v, v), [v]) if m not in loop_views)
         for m in members:
@@ -464,14 +472,13 @@ def _check_arrays(fn, active, types, sites, in_loop, loop_views, rebound):
         if not is_float_array(types.get(v)):
             continue
         ss = sites.get(v, [])
-        if ss and all(part_of(s.expr, types) is not None and not isinstance(s.expr, ir.Atom)
-                      for s in ss) and len({ir.expr_src(s.expr) for s in ss}) == 1:
+        if _one_part(ss, types):
             continue      # one field of one aggregate: the same array every time, an alias
         if v in loop_views and len(ss) == 1:
             continue      # a view bound afresh in each reverse iteration of its loop
         if v in rebound:
             continue      # references saved and restored with their adjoints (_rebound)
-        if v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss):
+        if _rebinds(fn, v, sites, in_loop):
             line = ss[-1].line if ss else fn.firstline
             temporary = v.startswith("_t") and v[2:].isdigit() and len(ss) == 1
             what = ("a whole-array expression (an array temporary) evaluated inside a loop"
@@ -534,34 +541,19 @@ def _lazy_views(fn, types, view_of, sites, in_loop, loop_views):
     and neither the base nor the view's indices are assigned between the view and its last use
     (the reverse pass restores what it reads, so they have their values from then).
     """
-    def rebinds(v):
-        ss = sites.get(v, [])
-        return bool(v in fn.params and ss or len(ss) > 1 or any(id(s) in in_loop for s in ss))
-
     readers = {}
     for x in ir.walk(fn.body):
         for n in stmt_reads(x):
             readers.setdefault(n, set()).add(id(x))
     out = {}
-
-    def visit(block):
-        body = list(block)
-        in_loop_or_branch = block is not fn.body
+    for body in ir.blocks(fn.body):
         inside = [{id(y) for y in ir.walk([st])} for st in body]
         for k, x in enumerate(body):
-            if isinstance(x, ir.If):
-                visit(x.body)
-                visit(x.orelse)
-            elif isinstance(x, ir.For):
-                visit(x.body)
-            elif isinstance(x, ir.While):
-                visit(x.cond)
-                visit(x.body)
             if not isinstance(x, ir.Assign) or x.target not in view_of \
                     or x.target in loop_views or len(sites.get(x.target, ())) != 1:
                 continue
             w, base = x.target, view_base(x.expr, types)
-            if not rebinds(base) and not in_loop_or_branch:
+            if body is fn.body and not _rebinds(fn, base, sites, in_loop):
                 continue      # bound once when the pullback starts (adjoint_header)
             used = [j for j in range(k + 1, len(body)) if readers.get(w, set()) & inside[j]]
             if not used:
@@ -577,8 +569,6 @@ def _lazy_views(fn, types, view_of, sites, in_loop, loop_views):
                     and not (y is last and rebinds_at_last)
                     for y in ir.walk(body[k + 1:m + 1])):
                 out[w] = id(body[m])
-
-    visit(fn.body)
     return out
 
 
@@ -781,16 +771,12 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
             continue        # taken again in the reverse pass (_lazy_views)
         if v in rebound or v in needed and not scalar(v) and isinstance(types.get(v), nbt.Array) \
                 and (len(ss) > 1 or any(id(s) in in_loop for s in ss)) and not any(
-                    id(s) in recomputed for s in ss) and not (ss and all(
-                        isinstance(s, ir.Assign) and part_of(s.expr, types) is not None
-                        and not isinstance(s.expr, ir.Atom) for s in ss)):
+                    id(s) in recomputed for s in ss) and not _one_part(ss, types):
             # Array references: the binding the statement drops goes on a list of arrays.
             pushes.update(id(s) for s in rebinding_sites(fn, v, sites))
             continue
         if v in needed and not scalar(v):
-            if ss and all(isinstance(s, ir.Assign) and part_of(s.expr, types) is not None
-                          and not isinstance(s.expr, ir.Atom) for s in ss) \
-                    and len({ir.expr_src(s.expr) for s in ss}) == 1:
+            if _one_part(ss, types):
                 continue        # one field of one aggregate: the same array every time
             pushes.update(id(s) for s in ss if id(s) not in recomputed
                           and (len(ss) > 1 or id(s) in in_loop))
@@ -823,31 +809,18 @@ def _stores_into_fresh(body, alias):
     The reverse pass never reads those old contents, so they are not saved."""
     shared = set(alias) | set(alias.values())
     out = set()
-
-    def visit(block):
+    for block in ir.blocks(body):
         made = {}        # array name -> whether nothing mentioned it since it was made
         for s in block:
             if isinstance(s, ir.Store) and made.get(s.array):
                 out.add(id(s))
             touched = {n for x in ir.walk([s]) for n in stmt_reads(x)}
             touched |= {x.array for x in ir.walk([s]) if isinstance(x, ir.Store)}
+            touched |= {x.target for x in ir.walk([s]) if x is not s and isinstance(x, ir.Assign)}
             for n in touched:
                 made[n] = False
             if isinstance(s, ir.Assign) and s.target not in shared and _makes_new_array(s.expr):
                 made[s.target] = True
-            for x in ir.walk([s]):
-                if x is not s and isinstance(x, ir.Assign):
-                    made[x.target] = False
-            if isinstance(s, ir.If):
-                visit(s.body)
-                visit(s.orelse)
-            elif isinstance(s, ir.For):
-                visit(s.body)
-            elif isinstance(s, ir.While):
-                visit(s.cond)
-                visit(s.body)
-
-    visit(body)
     return out
 
 

@@ -322,7 +322,6 @@ class _Gen:
                     f"contiguous (np.ascontiguousarray).")
             lines.append(f"{v} = _np.empty(({'0, ' * t.ndim}), _np.{t.dtype})")
         # Trip counts too: a loop inside a branch that is not taken never sets its own.
-        top = {id(x) for x in fn.body}
         for x in ir.walk(fn.body):
             if isinstance(x, (ir.For, ir.While)) and id(x) not in top \
                     and id(x) in self.plan.reverse_relevant:
@@ -394,13 +393,7 @@ class _Gen:
 
     def push_reference(self, out, s):
         """Save the array ``s`` rebinds its target away from: the reference, not a copy."""
-        if self.device is not None:
-            raise UnsupportedSyntaxError(
-                f"the array '{s.target}' rebound inside a loop, in device code\n"
-                f"{where_in(self.fn, s.line)}\n"
-                f"Hint: on the GPU, bind each array once and update its elements in place.")
-        if self.fusing:
-            return
+        # (device gradients never get here: numbarules.cuda refuses array values first)
         name = f"_lr_{s.target}"
         self.rule_lists[name] = self.types[s.target]
         out.add(f"{name}.append({s.target})")
@@ -844,8 +837,8 @@ class _Gen:
                 self.stmt_rev(s, out)
 
     def take_view_again(self, s, out):
-        """A view of an array rebound in its loop, and its adjoint, taken again before the
-        reverse of its last use (analysis._lazy_views): the base holds the same array then."""
+        """A view and its adjoint taken again before the reverse of its last use
+        (analysis._lazy_views): its base and indices hold their values from then."""
         for a in s.expr.atoms():
             if isinstance(a, ir.Name):
                 out.read(a.id)
@@ -963,8 +956,7 @@ class _Gen:
     def recompute(self, loop, out):
         """At the start of a reverse iteration: re-execute what the plan recomputes, then bind
         the adjoints of the views taken in this loop (``d_r = d_M[t]``) for this iteration."""
-        views = self.loop_views(loop) + [x for x in loop.body if isinstance(x, ir.Assign)
-                                         and x.target in (self.plan.lazy_views or {})]
+        views = self.loop_views(loop)
         indices = {a.id for v in views for a in v.expr.atoms() if isinstance(a, ir.Name)}
         group = [s for s in self.plan.recompute.get(loop.id, ())
                  if s.target in self.plan.needed or s.target in indices]

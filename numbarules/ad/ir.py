@@ -293,6 +293,21 @@ def user_line(source, generated_line):
     return None
 
 
+def blocks(stmts):
+    """``stmts`` and every statement list nested in it (branch sides, loop bodies, while
+    conditions), outermost first."""
+    yield stmts
+    for s in stmts:
+        if isinstance(s, If):
+            yield from blocks(s.body)
+            yield from blocks(s.orelse)
+        elif isinstance(s, For):
+            yield from blocks(s.body)
+        elif isinstance(s, While):
+            yield from blocks(s.cond)
+            yield from blocks(s.body)
+
+
 def walk(stmts):
     """Every statement, depth first, in program order."""
     for s in stmts:

@@ -152,16 +152,15 @@ class _Tracer:
 BIG = 1e8
 
 
-def _run_traced(f, args, files, big=None):
+def _run_traced(f, args, files):
+    """(the result, the hash of the lines run, the largest float magnitude seen)."""
     tr = _Tracer(files)
     sys.settrace(tr)
     try:
         y = f(*_fresh(args))
     finally:
         sys.settrace(None)
-    if big is not None:
-        big.append(tr.big)
-    return y, tr.h
+    return y, tr.h, tr.big
 
 
 # --- finite differences ---------------------------------------------------------------------------
@@ -180,10 +179,9 @@ def _as_float(y):
 
 
 def finite_differences(f, args, diff_args, files):
-    big = []
-    y0, trace0 = _run_traced(f, args, files, big)
+    y0, trace0, big = _run_traced(f, args, files)
     y0 = _as_float(y0)
-    if not math.isfinite(y0) or abs(y0) > BIG or big[0] > BIG:
+    if not math.isfinite(y0) or abs(y0) > BIG or big > BIG:
         return None
     atol = ATOL * max(1.0, abs(y0))
     grads, unstable = {}, []
@@ -195,7 +193,7 @@ def finite_differences(f, args, diff_args, files):
             for m in (-2, -1, 1, 2):
                 xs = list(args)
                 xs[i] = with_leaf(args[i], path, x + m * h)
-                y, tr = _run_traced(f, xs, files)
+                y, tr, _ = _run_traced(f, xs, files)
                 vals[m] = _as_float(y)
                 same = same and tr == trace0
             hh = ((x + h) - (x - h)) / 2.0      # the step actually taken, after rounding
