@@ -574,6 +574,8 @@ def _arctan2(y, x, r):
 @scalar_rule(np.hypot, uses_result=True)
 @register_jitable
 def _hypot(x, y, r):
+    if r == 0.0:  # JAX's convention at the origin, as math.hypot
+        return (0.5, 0.5)
     return (x / r, y / r)
 
 

@@ -99,8 +99,13 @@ def _atan2(y, x):
     return (x / r2, -y / r2)
 
 
+# At the origin x / r is 0 / 0: JAX's convention (hypot as max(|x|, |y|) * sqrt(1 + (min/max)**2),
+# abs'(0) = 1, a tie of max split in halves) gives (0.5, 0.5), never nan. A nan there would poison
+# every upstream adjoint even where hypot's input does not depend on them (0 * nan = nan).
 @scalar_rule(math.hypot, uses_result=True)
 def _hypot(x, y, r):
+    if r == 0.0:
+        return (0.5, 0.5)
     return (x / r, y / r)
 
 
