@@ -3,6 +3,8 @@
 Each form is checked three ways (nr.grad, nr.pullback, central finite differences), with zero,
 one and several steps (a loop that runs zero times leaves the first binding in place)."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -172,11 +174,63 @@ def test_the_forms_compare_with_hand_written_adjoints():
 
 
 def test_saved_arrays_are_references_not_copies():
-    # A swap saves two references per step; the element writes save the overwritten values.
+    # A swap saves two references per step; the sweep that overwrites v's interior, which it
+    # does not read, saves v whole before it runs (one copy per step, no element pushes).
     st = nr.ad_stats(swap, GRID, 0.1, 4, argnums=(0, 1))
-    floats = 4 * 3 * 4 * 8                 # 4 steps x the 3 x 4 interior cells, overwritten
+    floats = 4 * GRID.size * 8              # 4 steps x one copy of the 5 x 6 grid
     assert floats <= st["tape_bytes"] <= floats + 8 * 30      # and the inner loops' trip counts
     assert st["residual_bytes"] < st["tape_bytes"] + 4 * GRID.nbytes + 1000
+    g = nr.grad(swap, argnums=(0, 1))
+    fwd = nr.code(g, GRID, 0.1, 4)
+    assert "_push_view(_tape_f8, _k_f8, v)" in fwd and "_tape_f8[_k_f8] = " not in fwd
+    assert "_restore(v, _tape_f8, _k_f8)" in nr.code(g, GRID, 0.1, 4, kind="pullback")
+
+
+def recurrence(x, c, steps):
+    u = x.copy()
+    for t in range(steps):
+        for i in range(1, u.shape[0]):
+            u[i] = u[i - 1] * c + math.sin(u[i])
+    return np.sum(u * u)
+
+
+def maybe_the_same(x, c, steps):
+    u = x.copy()
+    v = np.zeros_like(x)
+    for t in range(steps):
+        if t % 2 == 0:
+            w = v
+        else:
+            w = u               # the array the sweep reads: its elements must be saved one by one
+        for i in range(u.shape[0]):
+            w[i] = u[i] * c + 0.1 * u[i] * u[i]
+    return np.sum(u * u) + np.sum(v * v)
+
+
+def fresh_scratch(x, c, steps):
+    u = x.copy()
+    for t in range(steps):
+        lap = np.zeros_like(u)
+        for i in range(1, u.shape[0] - 1):
+            lap[i] = u[i - 1] - 2.0 * u[i] + u[i + 1]
+        u = u + c * lap * u
+    return np.sum(u * u)
+
+
+@pytest.mark.parametrize("f", [recurrence, maybe_the_same, fresh_scratch])
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_whole_array_saves_only_where_sound(f, steps):
+    check(f, VEC, 0.7, steps)
+
+
+def test_whole_array_saves_only_where_sound_code():
+    # a sweep reading the array it writes, or an array that may be it, saves element by element;
+    # a fresh scratch array saves nothing at all
+    for f, element, whole in ((recurrence, True, False), (maybe_the_same, True, False),
+                              (fresh_scratch, False, False)):
+        src = nr.code(nr.grad(f, argnums=(0, 1)), VEC, 0.7, 3)
+        assert ("_tape_f8[_k_f8] = " in src) == element, f.__name__
+        assert ("_push_view" in src) == whole, f.__name__
 
 
 def view_used_after_rebinding(x, c, steps):

@@ -106,6 +106,10 @@ class Plan:
     lazy_views: dict = None    # view taken again in the reverse pass (of a rebound array, or in
                                # a loop or branch) -> id() of the statement before whose
                                # reverse it is taken (_lazy_views)
+    snapshots: dict = None     # id() of a loop -> arrays saved whole before it runs, restored
+                               # after its reverse (_snapshots)
+    snapshot_stores: frozenset = frozenset()  # id() of pushed stores those snapshots (or a
+                               # fresh array's contents nobody reads) replace, on the CPU
 
 
 def plan(fn, types, mask, classify):
@@ -123,7 +127,8 @@ def plan(fn, types, mask, classify):
     view_of = views(fn, types)
     alias = _alias_classes(stmts, types, view_of)
     active = _activity(fn, stmts, types, mask, alias)
-    recompute = _recomputable(fn.body, sites, types)
+    distinct = _distinct(fn, types, view_of)
+    recompute = _recomputable(fn.body, sites, types, alias, distinct)
     loop_views = _loop_views(fn, types, active, view_of, recompute)
     lazy = _lazy_views(fn, types, view_of, sites, in_loop, loop_views)
     _check_views(fn, stmts, types, active, alias, view_of, in_loop, {**loop_views, **lazy})
@@ -170,12 +175,13 @@ def plan(fn, types, mask, classify):
         if more <= tests:
             break
         tests |= more
+    snapshots, snapshot_stores = _snapshots(fn, types, alias, distinct, pushes)
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
                 {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant),
                 {v: s for v, s in view_of.items() if v in active}, quotients,
                 {v: lp for v, lp in loop_views.items() if v in active}, rebound,
-                lazy)
+                lazy, snapshots, snapshot_stores)
 
 
 def _target(s):
@@ -620,7 +626,7 @@ def _check_array_methods(fn, stmts, types, active):
             f"...)) if numbarules has a rule for it, or write one with nr.rrule.")
 
 
-def _recomputable(body, sites, types):
+def _recomputable(body, sites, types, alias, distinct):
     """loop id -> statements directly in that loop's body that the reverse pass re-executes."""
     out = {}
     everything = list(ir.walk(body))
@@ -631,7 +637,7 @@ def _recomputable(body, sites, types):
             # when the reverse pass reaches the readers: re-executing it per reverse iteration
             # would leave the first iteration's value there instead.
             outside = {n for x in everything if id(x) not in inside for n in stmt_reads(x)}
-            out[s.id] = [x for x in _recomputable_in(s, sites, types)
+            out[s.id] = [x for x in _recomputable_in(s, sites, types, alias, distinct.get(id(s), frozenset()))
                          if x.target not in outside]
     return out
 
@@ -653,14 +659,21 @@ def stmt_reads(s):
     return [a.id for a in atoms if isinstance(a, ir.Name)]
 
 
-def _recomputable_in(loop, sites, types):
+def _recomputable_in(loop, sites, types, alias, distinct):
     body = loop.body
     inside = list(ir.walk(body))
     if isinstance(loop, ir.While):
         inside += list(ir.walk(loop.cond))
     assigned = {t for t in (_target(s) for s in inside) if t}
     assigned |= {s.var for s in inside if isinstance(s, ir.For)}
-    written = {s.array for s in inside if isinstance(s, ir.Store)}
+    # A store changes every name that may hold the same array: ``w[i] = ...`` where ``w`` is
+    # sometimes ``u`` (bound in a branch) changes the ``u[i]`` a later reverse iteration would
+    # read again (a wrong gradient, found with tests/test_rebinding.py::maybe_the_same). Not
+    # the names certainly holding another array throughout the loop (a swap's u and v).
+    written = set()
+    for w in {s.array for s in inside if isinstance(s, ir.Store)}:
+        written |= {n for n in types if alias.get(n, n) == alias.get(w, w) and (
+            n == w or w in assigned or n in assigned or frozenset((w, n)) not in distinct)}
     loop_var = loop.var if isinstance(loop, ir.For) else None
     ok = set()
     chosen = []
@@ -822,6 +835,111 @@ def _stores_into_fresh(body, alias):
             if isinstance(s, ir.Assign) and s.target not in shared and _makes_new_array(s.expr):
                 made[s.target] = True
     return out
+
+
+def _distinct(fn, types, view_of):
+    """id() of each loop -> the pairs of array names (frozensets) that certainly hold arrays
+    sharing no memory whenever the loop starts: a must-analysis over the bindings. A new array
+    (``np.zeros_like``, ``.copy()``, ``u + k * lap``) is distinct from every other name; ``v = u``
+    and a view of ``u`` inherit ``u``'s pairs (and are not distinct from ``u``); anything else (a
+    call, an argument, a field) is distinct from nothing. A swap ``u, v = v, u`` keeps u and v
+    distinct: the property time-stepping code relies on."""
+    arrays = {v for v, t in types.items() if isinstance(t, nbt.Array)}
+    at = {}
+
+    def bind(pairs, v, expr):
+        if _makes_new_array(expr):
+            partners = arrays - {v}
+        else:
+            base = expr.a.id if isinstance(expr, ir.Atom) and isinstance(expr.a, ir.Name) \
+                else view_base(expr, types)
+            partners = {x for p in pairs if base in p for x in p} - {base, v}
+        return frozenset({p for p in pairs if v not in p} | {frozenset((v, x)) for x in partners})
+
+    def block(stmts, pairs):
+        for s in stmts:
+            if isinstance(s, ir.Assign) and s.target in arrays:
+                pairs = bind(pairs, s.target, s.expr)
+            elif isinstance(s, ir.If):
+                pairs = block(s.body, pairs) & block(s.orelse, pairs)
+            elif isinstance(s, (ir.For, ir.While)):
+                while True:       # the state at the loop's start: what every iteration keeps
+                    at[id(s)] = pairs
+                    out = block(s.cond, pairs) if isinstance(s, ir.While) else pairs
+                    out = block(s.body, out)
+                    if pairs <= out:
+                        break
+                    pairs = pairs & out
+        return pairs
+
+    block(fn.body, frozenset())
+    return at
+
+
+def _snapshots(fn, types, alias, distinct, pushes):
+    """Loops that overwrite elements of an array they do not read (the stencil sweep
+    ``v[i, j] = f(u[i-1, j], ...)`` of a time step): instead of saving each overwritten element
+    on the tape (a store and an index bump per element, which also keeps LLVM from vectorizing
+    the sweep), the forward saves the array whole before the loop (one copy) and the reverse
+    writes it back after the loop's reverse. Sound because nothing in the loop, nor in its
+    reverse, reads the array's values: the loop reads no name that may share memory with it
+    (_distinct) and rebinds none. An array made new just before the loop in the same block
+    (``lap = np.zeros_like(u)``) needs not even the copy: nothing reads its old contents.
+
+    Returns ({id(loop): (array, ...)}, frozenset(id() of the stores this replaces))."""
+    shared = set(alias) | set(alias.values())
+    snapshots, covered = {}, set()
+
+    def reads(x):
+        if isinstance(x, ir.Store):
+            return [a.id for a in (*ir.index_atoms(x.index), x.value) if isinstance(a, ir.Name)]
+        return stmt_reads(x)
+
+    def visit(block):
+        made = {}          # as in _stores_into_fresh: made new here, untouched since
+        for s in block:
+            if isinstance(s, ir.For):
+                inside = list(ir.walk(s.body))
+                assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
+                read = {n for x in inside for n in reads(x)}
+                stored = {x.array for x in inside if isinstance(x, ir.Store)}
+                saved = []
+                for w in sorted({x.array for x in inside if isinstance(x, ir.Store)
+                                 and id(x) in pushes and id(x) not in covered}):
+                    cls = alias.get(w, w)
+                    others = {n for n in read | stored if n != w and alias.get(n, n) == cls}
+                    if w in read or w in assigned or others & assigned or any(
+                            frozenset((w, n)) not in distinct.get(id(s), ()) for n in others):
+                        continue
+                    covered.update(id(x) for x in inside if isinstance(x, ir.Store)
+                                   and x.array == w and id(x) in pushes)
+                    if not made.get(w):
+                        saved.append(w)
+                if saved:
+                    snapshots[id(s)] = tuple(saved)
+            for part in _parts(s):
+                visit(part)
+            touched = {n for x in ir.walk([s]) for n in stmt_reads(x)}
+            touched |= {x.array for x in ir.walk([s]) if isinstance(x, ir.Store)}
+            touched |= {x.target for x in ir.walk([s]) if x is not s and isinstance(x, ir.Assign)}
+            for n in touched:
+                made[n] = False
+            if isinstance(s, ir.Assign) and s.target not in shared and _makes_new_array(s.expr):
+                made[s.target] = True
+
+    visit(fn.body)
+    return snapshots, frozenset(covered)
+
+
+def _parts(s):
+    """The blocks nested directly in ``s``."""
+    if isinstance(s, ir.If):
+        return (s.body, s.orelse)
+    if isinstance(s, ir.For):
+        return (s.body,)
+    if isinstance(s, ir.While):
+        return (s.cond, s.body)
+    return ()
 
 
 def _recompute_operands(group, recomputed_targets):

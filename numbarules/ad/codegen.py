@@ -372,6 +372,24 @@ class _Gen:
         out.add(f"_tape_{k} = _push_view(_tape_{k}, _k_{k}, {view})")
         out.add(f"_k_{k} += {view}.size")
 
+    def snapshots(self, loop):
+        """The arrays saved whole before ``loop`` runs (CPU only: device tapes are fixed)."""
+        if self.device is not None or self.fusing:
+            return ()
+        return (self.plan.snapshots or {}).get(id(loop), ())
+
+    def snapshotted(self, s):
+        """Whether the store ``s`` saves nothing itself: its loop saved the array whole, or
+        nothing reads what it overwrites (analysis._snapshots)."""
+        return self.device is None and id(s) in self.plan.snapshot_stores
+
+    def restore(self, out, w):
+        """Write back the copy of ``w`` saved before its loop (see snapshots)."""
+        k = self.tape_key(self.types[w].dtype)
+        out.add(f"_k_{k} = _restore({w}, _tape_{k}, _k_{k})")
+        for name in (w, f"_tape_{k}", f"_k_{k}"):
+            out.read(name)
+
     def pop_view(self, out, view, t):
         k = self.tape_key(t)
         out.add(f"_k_{k} -= {view}.size")
@@ -451,6 +469,7 @@ class _Gen:
                 out.add(f"{s.target} = {ir.expr_src(s.expr)}")
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
+            pushed = pushed and not self.snapshotted(s)
             if pushed and self.region(s):
                 self.push_view(out, f"{s.array}[{idx}]", self.pushed_type(s))
             elif pushed:
@@ -463,6 +482,9 @@ class _Gen:
                 out.add("else:")
                 self.nested(s.orelse, out, reserved)
         elif isinstance(s, ir.For):
+            for w in self.snapshots(s):
+                # the elements the loop overwrites, saved whole (analysis._snapshots)
+                self.push_view(out, w, self.types[w].dtype)
             if pushed:
                 self.push(out, s.var, self.pushed_type(s), reserved)
             innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))
@@ -516,7 +538,7 @@ class _Gen:
             counts[key] = counts.get(key, 0) + k
 
         for s in stmts:
-            if id(s) in self.plan.pushes and not self.reference(s):
+            if id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s):
                 add(self.tape_key(self.pushed_type(s), s))
             if isinstance(s, ir.If):
                 for part in (s.body, s.orelse):
@@ -899,7 +921,7 @@ class _Gen:
                         out.read(s.value.id)
                     out.add(f"{d(s.value.id)} += {g}")
                 out.add(f"{d(s.array)}[{idx}] = 0.0")
-            if id(s) in plan.pushes:
+            if id(s) in plan.pushes and not self.snapshotted(s):
                 pop = self.pop_view if self.region(s) else self.pop
                 pop(out, f"{s.array}[{idx}]", self.pushed_type(s))
                 out.read(s.array)
@@ -932,6 +954,8 @@ class _Gen:
                 self.pop(out, n, nbt.int64)
             if id(s) in plan.pushes:
                 self.pop(out, s.var, self.pushed_type(s))
+            for w in reversed(self.snapshots(s)):
+                self.restore(out, w)
         elif isinstance(s, ir.While):
             w = f"_w{s.id}"
             out.read(w)

@@ -46,6 +46,15 @@ def _push_view(buf, used, view):
     return buf
 
 
+@numba.njit
+def _restore(a, buf, used):
+    """Write the ``a.size`` elements saved last on ``buf`` (by _push_view) back into ``a``;
+    the tape's new length."""
+    used -= a.size
+    a[...] = buf[used:used + a.size].reshape(a.shape)
+    return used
+
+
 @numba.njit(inline="always")
 def _iadd(acc, x):
     """acc += x in place (an array field of an immutable Tangent)."""
@@ -88,7 +97,7 @@ def no_value(message, fire):
 
 HELPERS = {"_List": numba.typed.List, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
            "_trip": _trip, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
-           "_push_view": _push_view, "_zeros_like": _zeros_like, "_np": np}
+           "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_np": np}
 
 
 def _ub(x, like):

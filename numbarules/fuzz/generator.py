@@ -1430,7 +1430,7 @@ class Generator:
         steps = self.r.randint(0, 3)
         form = self.pick([(2, "copy"), (2, "stencil"), (2, "expr"), (2, "swap"), (1, "view"),
                           (1, "branch"), (1, "inner"), (1, "rotate"), (1.5, "slices"),
-                          (1, "window")])
+                          (1, "window"), (1, "target"), (1, "scratch")])
         self.use(f"time loop: {form}")
         if form == "slices":
             steps = self.r.randint(2, 3)      # one step would not change the views' shapes
@@ -1438,7 +1438,7 @@ class Generator:
         c1 = ctx.inner(in_loop=True, loop_kind="for")
         c2 = c1.inner(loops=ctx.loops + ((i, 1, n - 2),))
         b = self.fresh("b")
-        if form == "swap":
+        if form in ("swap", "target"):
             self.emit(ctx, f"{w} = np.zeros({n})")
         elif form == "rotate":
             self.emit(ctx, f"{w} = {u} * 0.5")
@@ -1466,6 +1466,21 @@ class Generator:
                           f"{u}[{i} + 1]) + {e} * {u}[{i}]")
             self.emit(c1, f"{u}, {w} = {w}, {u}")
             self.emit(ctx, f"s += {w}[1]")
+        elif form == "target":         # the array an element loop writes picked by a branch:
+            # sometimes the one it reads (then it updates in place, Gauss-Seidel style)
+            self.emit(c1, f"if {self.cond(c1)}:")
+            self.emit(c1.inner(), f"{b} = {w}")
+            self.emit(c1, "else:")
+            self.emit(c1.inner(), f"{b} = {u}")
+            self.emit(c1, f"for {i} in range(1, {n - 1}):")
+            self.emit(c2, f"{b}[{i}] = {u}[{i}] * ({c} + {e} * {u}[{i}]) + {c} * {u}[{i} - 1] * "
+                          f"{u}[{i} + 1]")
+            self.emit(ctx, f"s += np.sum({w}) * {c}")
+        elif form == "scratch":        # a fresh scratch array an element loop fills each step
+            self.emit(c1, f"{w} = np.zeros({n})")
+            self.emit(c1, f"for {i} in range(1, {n - 1}):")
+            self.emit(c2, f"{w}[{i}] = {u}[{i} - 1] - 2.0 * {u}[{i}] + {u}[{i} + 1]")
+            self.emit(c1, f"{u} = {u} + {c} * {w} * {u}")
         elif form == "rotate":         # three buffers rotated
             self.emit(c1, f"for {i} in range({n}):")
             c3 = c1.inner(loops=ctx.loops + ((i, 0, n - 1),))
