@@ -378,6 +378,32 @@ class _Gen:
             return ()
         return (self.plan.snapshots or {}).get(id(loop), ())
 
+    def snapshot_room(self, loop):
+        """tape key -> the sizes of the arrays the loops directly in ``loop``'s body save whole
+        per iteration (as source), for arrays bound before ``loop`` starts."""
+        if self.device is not None or self.fusing:
+            return {}
+        top = next(k for k, x in enumerate(self.fn.body) if any(y is loop for y in ir.walk([x])))
+        first = {}
+        for k, x in enumerate(self.fn.body):
+            for y in ir.walk([x]):
+                if isinstance(y, ir.Assign):
+                    first.setdefault(y.target, k if y is x else None)
+        room = {}
+
+        def visit(stmts):
+            for x in stmts:
+                if isinstance(x, ir.If):
+                    visit(x.body)
+                    visit(x.orelse)
+                elif isinstance(x, ir.For):
+                    for w in self.snapshots(x):
+                        if w in self.fn.params or first.get(w) is not None and first[w] < top:
+                            room.setdefault(self.tape_key(self.types[w].dtype), []).append(
+                                f"{w}.size")
+        visit(loop.body)
+        return {k: " + ".join(v) for k, v in room.items()}
+
     def snapshotted(self, s):
         """Whether the store ``s`` saves nothing itself: its loop saved the array whole, or
         nothing reads what it overwrites (analysis._snapshots)."""
@@ -499,6 +525,11 @@ class _Gen:
                     # reservation.)
                     for key, count in sorted(self.count_pushes(s.body).items()):
                         out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * {count})")
+                for key, sizes in sorted(self.snapshot_room(s).items()):
+                    # the whole-array saves of the sweeps in each step, reserved at once: growing
+                    # a tape of a hundred MB by doubling costs more than the sweeps (a hint:
+                    # were the arrays to grow, _push_view still grows the tape)
+                    out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * ({sizes}))")
             out.add(f"for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
             self.nested(s.body, out, innermost)
         elif isinstance(s, ir.While):

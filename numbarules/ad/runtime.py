@@ -51,7 +51,11 @@ def _restore(a, buf, used):
     """Write the ``a.size`` elements saved last on ``buf`` (by _push_view) back into ``a``;
     the tape's new length."""
     used -= a.size
-    a[...] = buf[used:used + a.size].reshape(a.shape)
+    # (a flat loop: ``a[...] = buf[...].reshape(a.shape)`` compiles NumPy's broadcasting
+    # and its error formatting, 4 s before the first gradient)
+    flat = a.flat
+    for i in range(a.size):
+        flat[i] = buf[used + i]
     return used
 
 
