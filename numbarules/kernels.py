@@ -639,12 +639,14 @@ def _returned_views(call, types):
                      for a in call.args)
     if not any(analysis.is_array(t) for t in argtypes):
         return ()
+    if call.func in _VIEW_RESULTS:
+        # before dispatch: np.asarray has no rule, and on a value that is not differentiated
+        # needs none, yet writing into its result writes into the argument
+        return (0,)
     try:
         target, _ = target_for(call.func, argtypes)
     except Exception:       # noqa: BLE001 - dispatch errors are reported where the call is made
         return ()
-    if call.func in _VIEW_RESULTS:
-        return (0,)
     if isinstance(target, rules.Rule):
         return ()
     func = target.func if isinstance(target, Method) else target

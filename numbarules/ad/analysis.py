@@ -232,7 +232,7 @@ def view_base(expr, types):
     if isinstance(expr, ir.Index) or isinstance(expr, ir.Attr) and expr.attr == "T":
         return base.id
     if isinstance(expr, ir.MethodCall) and (
-            expr.name == "reshape" or expr.name == "transpose" and not expr.args
+            expr.name in ("reshape", "view") or expr.name == "transpose" and not expr.args
             or expr.name == "ravel" and types[base.id].layout == "C"):
         return base.id
     return None
@@ -620,10 +620,12 @@ def _check_array_methods(fn, stmts, types, active):
             what = f"the array attribute .{e.attr}"
         else:
             continue
-        raise UnsupportedSyntaxError(
-            f"{what} on a differentiated array\n{where(fn, s.line)}\n"
-            f"Hint: call the NumPy function (np.{getattr(e, 'name', getattr(e, 'attr', ''))}(x, "
-            f"...)) if numbarules has a rule for it, or write one with nr.rrule.")
+        hint = (f"Hint: call the NumPy function (np.{getattr(e, 'name', getattr(e, 'attr', ''))}"
+                f"(x, ...)) if numbarules has a rule for it, or write one with nr.rrule.")
+        if isinstance(e, ir.MethodCall) and e.name == "view":
+            hint = ("Hint: reinterpreting an array's memory has no derivative; for a view of the "
+                    "whole array write x[:], for a copy of another dtype x.astype(...).")
+        raise UnsupportedSyntaxError(f"{what} on a differentiated array\n{where(fn, s.line)}\n{hint}")
 
 
 def _recomputable(body, sites, types, alias, distinct):

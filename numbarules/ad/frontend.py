@@ -649,6 +649,10 @@ class _Normalizer:
                 return self.emit(ir.Call(func, f"_np.{func.__name__}", (obj,) + args), line)
             if e.keywords:
                 raise self.src.error(e, f"keyword arguments to .{fn.attr}()", _HINT_EXPR)
+            if fn.attr == "view" and not args:
+                # (Numba's own typing crashes on it with a bare ValueError)
+                raise self.src.error(e, "x.view() without a dtype (Numba compiles only x.view(dtype))",
+                                     "Hint: for a view of the whole array write x[:].")
             return self.emit(ir.MethodCall(obj, fn.attr, args), line)
         dotted = _dotted(fn)
         if dotted is None or dotted.split(".")[0] in self.locals:

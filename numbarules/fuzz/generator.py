@@ -1530,7 +1530,8 @@ class Generator:
         forms = [(1, "struct in branch")]
         if args_vec:
             forms += [(1, "arg write"), (1, "view in loop"), (1, "temporary in loop"),
-                      (1, "rebound in branch"), (1, "for over array"), (0.5, "cumprod")]
+                      (1, "rebound in branch"), (1, "for over array"), (0.5, "cumprod"),
+                      (0.5, "alias write")]
         form = self.pick(forms)
         i = self.fresh("i")
         inner = ctx.inner(in_loop=True, loop_kind="for")
@@ -1571,6 +1572,15 @@ class Generator:
             self.emit(ctx, f"if {self.cond(ctx)}:")
             self.emit(ctx.inner(), f"{w} = {v.expr} * 3.0")
             self.emit(ctx, f"s += {w}[0]")
+        elif form == "alias write":
+            self.use("refusal: write through np.asarray")
+            self.may_refuse.add("write through a returned view")
+            a, w = self.fresh("a"), self.fresh("w")
+            self.emit(ctx, f"{a} = {v.expr} * 1.0")
+            fn = self.pick([(1, "asarray"), (1, "ascontiguousarray")])
+            self.emit(ctx, f"{w} = np.{fn}({a})")
+            self.emit(ctx, f"{w}[0] = {self.fexpr(ctx, 1)}")
+            self.emit(ctx, f"s += np.sum({a} * {a})")
         elif form == "for over array":
             self.use("refusal: for over an array")
             self.may_refuse.add("outside the language")
