@@ -1187,6 +1187,28 @@ def test_writes_through_library_aliases_are_refused():
         nr.grad(_view_without_dtype)(x)
 
 
+def _ufunc_out(x, c):
+    u = x * 1.0
+    w = x * 2.0
+    t = np.add(u, c, w)             # writes u + c into w (and returns w)
+    return np.sum(w * w) + np.sum(t) * c
+
+
+def _fill(x, c):
+    w = x * 2.0
+    t = w.fill(c)                   # noqa: F841 - returns None, writes c into w
+    return np.sum(w * w)
+
+
+def test_writes_the_analysis_cannot_see_are_refused():
+    # both gave silently wrong gradients (the write into w was invisible)
+    x = np.array([0.5, 1.5, -0.7])
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"output argument of np\.add"):
+        nr.grad(_ufunc_out, argnums=(0, 1))(x, 0.8)
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"in-place array method \.fill\(\)"):
+        nr.grad(_fill, argnums=(0, 1))(x, 0.8)
+
+
 def _dot_then_overwrite(v, w, x):
     a = w * 2.0
     a[0] += x

@@ -649,6 +649,11 @@ class _Normalizer:
                 return self.emit(ir.Call(func, f"_np.{func.__name__}", (obj,) + args), line)
             if e.keywords:
                 raise self.src.error(e, f"keyword arguments to .{fn.attr}()", _HINT_EXPR)
+            if fn.attr in _MUTATING_METHODS:
+                raise self.src.error(e, f"the in-place array method .{fn.attr}()",
+                                     "Hint: write the elements with an assignment (x[:] = v, "
+                                     "x[i] = ...) or use the function that returns a new array "
+                                     "(np.sort(x)).")
             if fn.attr == "view" and not args:
                 # (Numba's own typing crashes on it with a bare ValueError)
                 raise self.src.error(e, "x.view() without a dtype (Numba compiles only x.view(dtype))",
@@ -659,6 +664,13 @@ class _Normalizer:
             raise self.src.error(e, "calling a local variable",
                                  "Hint: call functions by their global name.")
         value = self.resolve_dotted(e, dotted)
+        if isinstance(value, np.ufunc) and (len(e.args) > value.nin or any(
+                k.arg in ("out", "where") for k in e.keywords)):
+            # np.add(a, b, out) writes its result into out and returns it: a write the
+            # analysis would not see (a silently wrong gradient)
+            raise self.src.error(e, f"the output argument of np.{value.__name__}",
+                                 f"Hint: assign the result instead (out[:] = "
+                                 f"np.{value.__name__}(...)).")
         if value in _SEQUENCE_FUNCTIONS:
             return self.sequence_call(e, value, line)
         if value in _VIEW_FUNCTIONS and e.args and not e.keywords:
@@ -743,6 +755,11 @@ class _Normalizer:
 _ARRAY_METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}
 _VIEW_FUNCTIONS = (np.transpose, np.reshape, np.ravel)
 _SEQUENCE_FUNCTIONS = (np.concatenate, np.stack)
+
+#: Array methods that write into the array (Numba compiles these): refused, as writes the
+#: analysis would not see.
+_MUTATING_METHODS = {"fill", "sort", "partition", "put", "itemset", "resize", "setfield",
+                     "byteswap"}
 
 
 def _positional(func, args, kwargs):

@@ -1574,12 +1574,18 @@ class Generator:
             self.emit(ctx, f"s += {w}[0]")
         elif form == "alias write":
             self.use("refusal: write through np.asarray")
-            self.may_refuse.add("write through a returned view")
+            self.may_refuse.update({"write through a returned view", "outside the language"})
             a, w = self.fresh("a"), self.fresh("w")
             self.emit(ctx, f"{a} = {v.expr} * 1.0")
-            fn = self.pick([(1, "asarray"), (1, "ascontiguousarray")])
-            self.emit(ctx, f"{w} = np.{fn}({a})")
-            self.emit(ctx, f"{w}[0] = {self.fexpr(ctx, 1)}")
+            how = self.pick([(1, "asarray"), (1, "ascontiguousarray"), (0.5, "out"),
+                             (0.5, "fill")])
+            if how == "out":         # a ufunc's output argument
+                self.emit(ctx, f"{w} = np.multiply({a}, {self.fexpr(ctx, 1)}, {a})")
+            elif how == "fill":      # an in-place method
+                self.emit(ctx, f"{w} = {a}.fill({self.fexpr(ctx, 1)})")
+            else:
+                self.emit(ctx, f"{w} = np.{how}({a})")
+                self.emit(ctx, f"{w}[0] = {self.fexpr(ctx, 1)}")
             self.emit(ctx, f"s += np.sum({a} * {a})")
         elif form == "for over array":
             self.use("refusal: for over an array")
