@@ -565,18 +565,37 @@ def _refuse_argument_writes(fn, types):
     params = set(fn.params)
     # Every array a name may be bound to (a name may be bound several times: `a, b = b, a`).
     bound = {}
+    parts = {}            # name bound to an array taken out of a tuple or struct -> that one
     for s in ir.walk(fn.body):
-        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
+        if not isinstance(s, ir.Assign):
+            continue
+        if isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
             bound.setdefault(s.target, set()).add(s.expr.a.id)
-        elif isinstance(s, ir.Assign) and analysis.view_base(s.expr, types) is not None:
+        elif analysis.view_base(s.expr, types) is not None:
             # a slice writes its base
             bound.setdefault(s.target, set()).add(analysis.view_base(s.expr, types))
+        elif analysis.is_array(types.get(s.target)) and analysis.part_of(s.expr, types):
+            # `a = t[0]`, `a = p.w`: the array that went into the aggregate (an argument's
+            # own, or one a local tuple or struct was built from)
+            bound.setdefault(s.target, set()).add(analysis.part_of(s.expr, types))
+            parts[s.target] = analysis.part_of(s.expr, types)
 
     def argument_behind(name):
         seen, stack = set(), [name]
         while stack:                 # a graph walk: bindings may form cycles (swaps)
             v = stack.pop()
             if v in params:
+                return v
+            if v not in seen:
+                seen.add(v)
+                stack.extend(bound.get(v, ()))
+        return None
+
+    def part_behind(name):
+        seen, stack = set(), [name]
+        while stack:
+            v = stack.pop()
+            if v in parts:
                 return v
             if v not in seen:
                 seen.add(v)
@@ -592,6 +611,22 @@ def _refuse_argument_writes(fn, types):
                     f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
                     f"Hint: differentiated functions leave their arguments unchanged; work on a "
                     f"copy ({root} = {root}.copy()).")
+            part = part_behind(s.array)
+            if part is not None:
+                # the tuple or struct shares the array with the names it was built from: the
+                # write would change them behind the analysis (a silently wrong gradient)
+                agg = parts[part]
+                raise UnsupportedSyntaxError(
+                    f"writing into an array taken out of the tuple or struct '{agg}' (bound on "
+                    f"line {_bound_line(fn, agg)})\n"
+                    f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
+                    f"Hint: write into the array before building the tuple or struct, or into a "
+                    f"copy of the part (a = {agg}[0].copy(), a = {agg}.field.copy()).")
+
+
+def _bound_line(fn, name):
+    return next((s.line for s in ir.walk(fn.body) if isinstance(s, ir.Assign)
+                 and s.target == name), fn.firstline)
 
 
 def _refuse_writes_through_returned_views(spec, fn, types):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import numbarules as nr
+from numbarules.fuzz.pool import Params
 from numbarules.testing import check_grad
 
 
@@ -1207,6 +1208,38 @@ def test_writes_the_analysis_cannot_see_are_refused():
         nr.grad(_ufunc_out, argnums=(0, 1))(x, 0.8)
     with pytest.raises(nr.UnsupportedSyntaxError, match=r"in-place array method \.fill\(\)"):
         nr.grad(_fill, argnums=(0, 1))(x, 0.8)
+
+
+def _writes_into_tuple_part(x, c):
+    u = x * 1.0
+    t = (u, c)
+    t[0][1] = c * u[2]              # t[0] is u
+    return np.sum(u * u)
+
+
+def _writes_into_struct_part(x, c):
+    u = x * 1.0
+    p = Params(c, u, 3)
+    a = p.w                         # u
+    a[1] = c * u[2]
+    return np.sum(u * u)
+
+
+def _writes_into_argument_field(p, c):
+    a = p.w                         # the caller's array
+    a[1] = c * a[2]
+    return np.sum(a * a) * p.a
+
+
+def test_writes_into_parts_of_tuples_and_structs_are_refused():
+    # the first two gave silently wrong gradients (dc = 0); the third changed the caller's array
+    x = np.array([0.5, 1.5, -0.7, 0.3])
+    for f in (_writes_into_tuple_part, _writes_into_struct_part):
+        with pytest.raises(nr.UnsupportedSyntaxError,
+                           match=r"writing into an array taken out of the tuple or struct"):
+            nr.grad(f, argnums=(0, 1))(x, 0.8)
+    with pytest.raises(nr.UnsupportedSyntaxError, match=r"writing into the argument array 'p'"):
+        nr.grad(_writes_into_argument_field, argnums=(0, 1))(Params(0.7, x.copy(), 3), 0.8)
 
 
 def _dot_then_overwrite(v, w, x):
