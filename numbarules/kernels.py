@@ -561,12 +561,48 @@ def _at(spec, stmt, exc):
 
 def _refuse_argument_writes(fn, types):
     """A function that writes into an argument array cannot be replayed (checkpointing runs a
-    callee's forward again) nor have its input restored for the caller: refuse it."""
+    callee's forward again) nor have its input restored for the caller: refuse it. Writes
+    through a call count (a helper that fills its argument), and writes into an array taken
+    out of a local tuple or struct (it is the array the aggregate was built from)."""
+    for kind, name, line, via in _array_writes(fn, types):
+        if kind == "argument":
+            through = f" (through the call of {via}, which writes into its argument)" if via else ""
+            raise UnsupportedSyntaxError(
+                f"writing into the argument array '{name}'{through}\n"
+                f'  File "{fn.file}", line {line}, in {fn.name}\n'
+                f"Hint: differentiated functions leave their arguments unchanged; work on a "
+                f"copy ({name} = {name}.copy()).")
+        if kind == "part":
+            # the tuple or struct shares the array with the names it was built from: the
+            # write would change them behind the analysis (a silently wrong gradient)
+            raise UnsupportedSyntaxError(
+                f"writing into an array taken out of the tuple or struct '{name}' (bound on "
+                f"line {_bound_line(fn, name)})\n"
+                f'  File "{fn.file}", line {line}, in {fn.name}\n'
+                f"Hint: write into the array before building the tuple or struct, or into a "
+                f"copy of the part (a = {name}[0].copy(), a = {name}.field.copy()).")
+        # a helper writing into a local array: whether or not its result is differentiated,
+        # the write changes an array the analysis follows (a silently wrong gradient)
+        raise UnsupportedSyntaxError(
+            f"the call of {via} writes into its array argument '{name}'\n"
+            f'  File "{fn.file}", line {line}, in {fn.name}\n'
+            f"Hint: have {via} return a new array (r = {via}(...)) instead of filling one, or "
+            f"write the elements in this function.")
+
+
+def _array_writes(fn, types):
+    """Writes into arrays the analysis of ``fn`` alone cannot follow: (kind, name, line, via)
+    with kind "argument" (an argument array, ``via`` the helper that writes it or None),
+    "part" (an array taken out of the local tuple or struct ``name``) or "call" (the local
+    array ``name`` that the helper ``via`` writes into)."""
     params = set(fn.params)
     # Every array a name may be bound to (a name may be bound several times: `a, b = b, a`).
     bound = {}
     parts = {}            # name bound to an array taken out of a tuple or struct -> that one
+    writes = []           # (array name, line, the helper writing it or None)
     for s in ir.walk(fn.body):
+        if isinstance(s, ir.Store):
+            writes.append((s.array, s.line, None))
         if not isinstance(s, ir.Assign):
             continue
         if isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
@@ -579,49 +615,71 @@ def _refuse_argument_writes(fn, types):
             # own, or one a local tuple or struct was built from)
             bound.setdefault(s.target, set()).add(analysis.part_of(s.expr, types))
             parts[s.target] = analysis.part_of(s.expr, types)
+        elif isinstance(s.expr, ir.Call):
+            for k in _written_positions(s.expr, types):
+                a = s.expr.args[k]
+                if isinstance(a, ir.Name):
+                    writes.append((a.id, s.line, getattr(s.expr.func, "__name__", s.expr.fname)))
 
-    def argument_behind(name):
+    def behind(name, stop):
         seen, stack = set(), [name]
         while stack:                 # a graph walk: bindings may form cycles (swaps)
             v = stack.pop()
-            if v in params:
+            if v in stop:
                 return v
             if v not in seen:
                 seen.add(v)
                 stack.extend(bound.get(v, ()))
         return None
 
-    def part_behind(name):
-        seen, stack = set(), [name]
-        while stack:
-            v = stack.pop()
-            if v in parts:
-                return v
-            if v not in seen:
-                seen.add(v)
-                stack.extend(bound.get(v, ()))
-        return None
+    out = []
+    for name, line, via in writes:
+        root = behind(name, params)
+        if root is not None:
+            out.append(("argument", root, line, via))
+        elif behind(name, parts) is not None:
+            out.append(("part", parts[behind(name, parts)], line, via))
+        elif via is not None:
+            out.append(("call", name, line, via))
+    return out
 
-    for s in ir.walk(fn.body):
-        if isinstance(s, ir.Store):
-            root = argument_behind(s.array)
-            if root is not None:
-                raise UnsupportedSyntaxError(
-                    f"writing into the argument array '{root}'\n"
-                    f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
-                    f"Hint: differentiated functions leave their arguments unchanged; work on a "
-                    f"copy ({root} = {root}.copy()).")
-            part = part_behind(s.array)
-            if part is not None:
-                # the tuple or struct shares the array with the names it was built from: the
-                # write would change them behind the analysis (a silently wrong gradient)
-                agg = parts[part]
-                raise UnsupportedSyntaxError(
-                    f"writing into an array taken out of the tuple or struct '{agg}' (bound on "
-                    f"line {_bound_line(fn, agg)})\n"
-                    f'  File "{fn.file}", line {s.line}, in {fn.name}\n'
-                    f"Hint: write into the array before building the tuple or struct, or into a "
-                    f"copy of the part (a = {agg}[0].copy(), a = {agg}.field.copy()).")
+
+def _written_positions(call, types):
+    """Positions of the array arguments ``call`` may write into, found from the callee's own
+    source (a plain helper, an njit function, a method); () for rules and library functions
+    (the writes of those, a ufunc's output argument, the frontend refuses)."""
+    argtypes = tuple(types.get(a.id) if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
+                     for a in call.args)
+    if not any(analysis.is_array(t) for t in argtypes) or None in argtypes:
+        return ()
+    try:
+        target, _ = target_for(call.func, argtypes)
+    except Exception:       # noqa: BLE001 - dispatch errors are reported where the call is made
+        return ()
+    if isinstance(target, rules.Rule):
+        return ()
+    func = target.func if isinstance(target, Method) else target
+    known = _WRITTEN.setdefault(func, {})
+    if argtypes not in known:
+        known[argtypes] = ()      # a recursive call while this one is worked out
+        known[argtypes] = _arguments_written_by(func, argtypes)
+    return known[argtypes]
+
+
+_WRITTEN = weakref.WeakKeyDictionary()    # function -> {argument types: positions}
+
+
+def _arguments_written_by(func, argtypes):
+    try:
+        fn, refs = frontend.normalize(func)
+        primal = _exec(ir.function_source(fn, "write_probe"), _namespace(refs),
+                       "write-probe")["write_probe"]
+        types, _ = numba_glue.infer_types(primal, argtypes)
+    except Exception:       # noqa: BLE001 - a callee we cannot read is refused when differentiated
+        return ()
+    types.update(dict(zip(fn.params, argtypes)))
+    written = {name for kind, name, _, _ in _array_writes(fn, types) if kind == "argument"}
+    return tuple(k for k, p in enumerate(fn.params) if p in written)
 
 
 def _bound_line(fn, name):

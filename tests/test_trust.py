@@ -1242,6 +1242,41 @@ def test_writes_into_parts_of_tuples_and_structs_are_refused():
         nr.grad(_writes_into_argument_field, argnums=(0, 1))(Params(0.7, x.copy(), 3), 0.8)
 
 
+@numba.njit
+def _scale_in_place(a, c):
+    for i in range(a.shape[0]):
+        a[i] = a[i] * c
+    return 0
+
+
+def _calls_a_filling_helper(x, c):
+    u = x * 1.0
+    k = _scale_in_place(u, c)       # an int result: the call itself is not differentiated
+    return np.sum(u * u) + k
+
+
+def _set_one(a, v):
+    a[1] = v
+    return 1
+
+
+def _calls_a_python_setter(x, c):
+    u = x * 1.0
+    k = _set_one(u, c * u[2])
+    return np.sum(u * u) * k
+
+
+def test_a_helper_writing_into_its_array_argument_is_refused():
+    # both gave silently wrong gradients (dc = 0): the helper's write was invisible to the
+    # caller's analysis because the call's result is not differentiated
+    x = np.array([0.5, 1.5, -0.7, 0.3])
+    for f, name in ((_calls_a_filling_helper, "_scale_in_place"),
+                    (_calls_a_python_setter, "_set_one")):
+        with pytest.raises(nr.UnsupportedSyntaxError,
+                           match=rf"the call of {name} writes into its array argument 'u'"):
+            nr.grad(f, argnums=(0, 1))(x, 0.8)
+
+
 def _dot_then_overwrite(v, w, x):
     a = w * 2.0
     a[0] += x

@@ -80,6 +80,7 @@ REFUSAL_CLASSES = {
     "argument write": r"writing into the argument array",
     "write through a returned view": r"which shares memory with the array .* returned",
     "write into a part": r"writing into an array taken out of the tuple or struct",
+    "helper writes": r"writes into its array argument",
     "struct built in loop or branch": r"building the struct .* inside a branch or loop"
                                       r"|\(holding differentiated arrays\) is bound more than once"
                                       r"|a struct or tuple holding the array",
@@ -1579,8 +1580,12 @@ class Generator:
             a, w = self.fresh("a"), self.fresh("w")
             self.emit(ctx, f"{a} = {v.expr} * 1.0")
             how = self.pick([(1, "asarray"), (1, "ascontiguousarray"), (0.5, "out"),
-                             (0.5, "fill"), (1, "part")])
-            if how == "part":        # an array taken out of a local tuple
+                             (0.5, "fill"), (1, "part"), (1, "helper")])
+            if how == "helper":      # a helper that fills the array it is given
+                self.may_refuse.add("helper writes")
+                self.pool_names.add("j_fill")
+                self.emit(ctx, f"{w} = j_fill({a}, {self.fexpr(ctx, 1)})")
+            elif how == "part":      # an array taken out of a local tuple
                 self.may_refuse.add("write into a part")
                 self.emit(ctx, f"{w} = ({a}, 1.0)")
                 self.emit(ctx, f"{w}[0][0] = {self.fexpr(ctx, 1)}")
