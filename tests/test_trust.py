@@ -1277,6 +1277,25 @@ def test_a_helper_writing_into_its_array_argument_is_refused():
             nr.grad(f, argnums=(0, 1))(x, 0.8)
 
 
+def _shift_in_place(x, c):
+    u = x * 1.0
+    u[1:] = u[:-1]                  # the value is a view of the array it is stored into
+    u[:-1] = u[1:] * c
+    A = np.outer(x, x) * c
+    A[0, :] = A[:, 1]               # they overlap in A[0, 1]
+    return np.sum(u * u) + np.sum(A * A)
+
+
+def test_a_slice_stored_from_an_overlapping_view_of_its_array():
+    # silently wrong before: the view's adjoint overlaps the slice's, and zeroing the slice's
+    # adjoint after adding it to the view's erased the overlap (u[1:] = u[:-1] lost everything)
+    x = np.array([0.5, 1.5, -0.7, 0.3, 0.9])
+    check_grad(_shift_in_place, x, 0.8)
+    y, pb = nr.pullback(_shift_in_place, x, 0.8)
+    for got, want in zip(pb(1.0), nr.grad(_shift_in_place, argnums=(0, 1))(x, 0.8)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def _dot_then_overwrite(v, w, x):
     a = w * 2.0
     a[0] += x

@@ -950,8 +950,21 @@ class _Gen:
                         # the value was broadcast into the slice: sum over the broadcast axes
                         g = f"_np.sum({g})" if self.rank(s.value) == 0 else f"_ub({g}, {s.value.id})"
                         out.read(s.value.id)
-                    out.add(f"{d(s.value.id)} += {g}")
-                out.add(f"{d(s.array)}[{idx}] = 0.0")
+                    alias = plan.alias_of
+                    if self.region(s) and self.rank(s.value) > 0 and alias.get(
+                            s.value.id, s.value.id) == alias.get(s.array, s.array):
+                        # the value is a view of the same array (u[1:] = u[:-1]): its adjoint
+                        # overlaps the slice's, so take the slice's adjoint out before zeroing
+                        # it, and add it after (adding first, the zeroing erased the overlap)
+                        gs = f"_gs{len(out.lines)}"       # one name per store: its own type
+                        out.add(f"{gs} = {g}.copy()")
+                        out.add(f"{d(s.array)}[{idx}] = 0.0")
+                        out.add(f"{d(s.value.id)} += {gs}")
+                    else:
+                        out.add(f"{d(s.value.id)} += {g}")
+                        out.add(f"{d(s.array)}[{idx}] = 0.0")
+                else:
+                    out.add(f"{d(s.array)}[{idx}] = 0.0")
             if id(s) in plan.pushes and not self.snapshotted(s):
                 pop = self.pop_view if self.region(s) else self.pop
                 pop(out, f"{s.array}[{idx}]", self.pushed_type(s))

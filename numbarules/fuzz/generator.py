@@ -1072,6 +1072,11 @@ class Generator:
             c1 = ctx.inner(loops=ctx.loops + ((i, 0, n - 1),), in_loop=True, loop_kind="for")
             op = "=" if needs_fill else self.r.choice(["=", "+=", "-=", "*="])
             self.emit(c1, f"{name}[{i}] {op} {self.fexpr(c1, 2)}")
+        if n >= 3 and self.chance(0.25):
+            # a slice stored from an overlapping view of the same array (u[1:] = u[:-1])
+            self.use("slice stored from an overlapping view")
+            self.emit(ctx, f"{name}[1:] = {name}[:-1]" if self.chance(0.5) else
+                      f"{name}[:-1] = {name}[1:] * {self.const(0.5, 1.5)}")
         self.declare_array(A)
 
     def s_elem_write(self, ctx):
