@@ -572,6 +572,11 @@ def _refuse_argument_writes(fn, types):
                 f'  File "{fn.file}", line {line}, in {fn.name}\n'
                 f"Hint: differentiated functions leave their arguments unchanged; work on a "
                 f"copy ({name} = {name}.copy()).")
+        if kind == "attribute":
+            raise UnsupportedSyntaxError(
+                f"writing through '{name}'\n"
+                f'  File "{fn.file}", line {line}, in {fn.name}\n'
+                f"Hint: index the array itself ({name.split('.')[0]}[i] = ...).")
         if kind == "part":
             # the tuple or struct shares the array with the names it was built from: the
             # write would change them behind the analysis (a silently wrong gradient)
@@ -599,6 +604,7 @@ def _array_writes(fn, types):
     # Every array a name may be bound to (a name may be bound several times: `a, b = b, a`).
     bound = {}
     parts = {}            # name bound to an array taken out of a tuple or struct -> that one
+    attrs = {}            # name bound to u.flat, u.real, u.imag -> that expression
     writes = []           # (array name, line, the helper writing it or None)
     for s in ir.walk(fn.body):
         if isinstance(s, ir.Store):
@@ -615,6 +621,12 @@ def _array_writes(fn, types):
             # own, or one a local tuple or struct was built from)
             bound.setdefault(s.target, set()).add(analysis.part_of(s.expr, types))
             parts[s.target] = analysis.part_of(s.expr, types)
+        elif isinstance(s.expr, ir.Attr) and s.expr.attr in ("flat", "real", "imag") \
+                and isinstance(s.expr.a, ir.Name) and analysis.is_array(types.get(s.expr.a.id)):
+            # u.flat[i] = v, r = u.real; r[i] = v: writes into u through objects the analysis
+            # does not follow as views
+            bound.setdefault(s.target, set()).add(s.expr.a.id)
+            attrs[s.target] = f"{s.expr.a.id}.{s.expr.attr}"
         elif isinstance(s.expr, ir.Call):
             for k in _written_positions(s.expr, types):
                 a = s.expr.args[k]
@@ -637,6 +649,8 @@ def _array_writes(fn, types):
         root = behind(name, params)
         if root is not None:
             out.append(("argument", root, line, via))
+        elif behind(name, attrs) is not None:
+            out.append(("attribute", attrs[behind(name, attrs)], line, via))
         elif behind(name, parts) is not None:
             out.append(("part", parts[behind(name, parts)], line, via))
         elif via is not None:
@@ -732,9 +746,10 @@ def _returned_views(call, types):
                      for a in call.args)
     if not any(analysis.is_array(t) for t in argtypes):
         return ()
-    if call.func in _VIEW_RESULTS:
+    if call.func in _VIEW_RESULTS or call.func is np.diag and getattr(argtypes[0], "ndim", 0) == 2:
         # before dispatch: np.asarray has no rule, and on a value that is not differentiated
-        # needs none, yet writing into its result writes into the argument
+        # needs none, yet writing into its result writes into the argument. (np.diag of a
+        # matrix is a view in NumPy and a copy in Numba: refusing the write keeps the two equal.)
         return (0,)
     try:
         target, _ = target_for(call.func, argtypes)

@@ -1296,6 +1296,37 @@ def test_a_slice_stored_from_an_overlapping_view_of_its_array():
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def _writes_through_flat(x, c):
+    u = x * 1.0
+    u.flat[1] = c * u[2]
+    return np.sum(u * u)
+
+
+def _writes_through_real(x, c):
+    u = x * 1.0
+    r = u.real                      # u itself, for a float array
+    r[1] = c * u[2]
+    return np.sum(u * u)
+
+
+def _writes_under_diag(x, c):
+    A = np.outer(x, x)
+    d = np.diag(A)                  # a view in NumPy, a copy in Numba
+    A[0, 0] = c
+    return np.sum(d * d) + np.sum(A)
+
+
+def test_writes_through_flat_real_and_under_diag_are_refused():
+    # silently wrong before (dc = 0; and for np.diag the gradient of Numba's copy semantics,
+    # where the same function run by NumPy has a view)
+    x = np.array([0.5, 1.5, -0.7, 0.3])
+    for f, what in ((_writes_through_flat, r"writing through 'u\.flat'"),
+                    (_writes_through_real, r"writing through 'u\.real'"),
+                    (_writes_under_diag, r"writing into 'A'.*diag")):
+        with pytest.raises(nr.UnsupportedSyntaxError, match=what):
+            nr.grad(f, argnums=(0, 1))(x, 0.8)
+
+
 def _dot_then_overwrite(v, w, x):
     a = w * 2.0
     a[0] += x

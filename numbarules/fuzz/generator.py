@@ -80,7 +80,7 @@ REFUSAL_CLASSES = {
     "argument write": r"writing into the argument array",
     "write through a returned view": r"which shares memory with the array .* returned",
     "write into a part": r"writing into an array taken out of the tuple or struct",
-    "helper writes": r"writes into its array argument",
+    "hidden write": r"writes into its array argument|writing through '[^']*\.(flat|real|imag)'",
     "struct built in loop or branch": r"building the struct .* inside a branch or loop"
                                       r"|\(holding differentiated arrays\) is bound more than once"
                                       r"|a struct or tuple holding the array",
@@ -1585,9 +1585,14 @@ class Generator:
             a, w = self.fresh("a"), self.fresh("w")
             self.emit(ctx, f"{a} = {v.expr} * 1.0")
             how = self.pick([(1, "asarray"), (1, "ascontiguousarray"), (0.5, "out"),
-                             (0.5, "fill"), (1, "part"), (1, "helper")])
-            if how == "helper":      # a helper that fills the array it is given
-                self.may_refuse.add("helper writes")
+                             (0.5, "fill"), (1, "part"), (1, "helper"), (0.5, "flat")])
+            if how == "flat":        # through an attribute the analysis does not follow
+                self.may_refuse.add("hidden write")
+                self.emit(ctx, f"{a}.{self.pick([(1, 'flat'), (1, 'real')])}[0] = "
+                               f"{self.fexpr(ctx, 1)}")
+                self.emit(ctx, f"{w} = 0.0")
+            elif how == "helper":    # a helper that fills the array it is given
+                self.may_refuse.add("hidden write")
                 self.pool_names.add("j_fill")
                 self.emit(ctx, f"{w} = j_fill({a}, {self.fexpr(ctx, 1)})")
             elif how == "part":      # an array taken out of a local tuple
