@@ -1327,6 +1327,22 @@ def test_writes_through_flat_real_and_under_diag_are_refused():
             nr.grad(f, argnums=(0, 1))(x, 0.8)
 
 
+def _lazy_view_of_lazy_view(x, v, c):
+    if c > 2.0:
+        return x                    # the rest is a branch: its views are taken again lazily
+    w1 = v[0:5]
+    w3 = w1[::2]
+    u4 = w1.copy()                  # w1's own last use ...
+    s = np.sum(u4 * u4) * x
+    return s + np.sum(w3 * w3) * x  # ... before its view's: d_w1 was not defined yet
+
+
+def test_a_view_of_a_view_taken_again_in_the_reverse_pass():
+    # found by the fuzzer (seed 20261511 #355): a Numba TypingError, 'd_w1' is not defined
+    v = np.array([0.3, -0.5, 0.8, 1.1, -0.2, 0.7])
+    check_grad(_lazy_view_of_lazy_view, 0.7, v, 1.0, argnums=(0, 1))
+
+
 def _dot_then_overwrite(v, w, x):
     a = w * 2.0
     a[0] += x

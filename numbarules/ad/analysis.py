@@ -551,6 +551,21 @@ def _lazy_views(fn, types, view_of, sites, in_loop, loop_views):
     for x in ir.walk(fn.body):
         for n in stmt_reads(x):
             readers.setdefault(n, set()).add(id(x))
+    # A use of a view of w is a use of w: taking that view again in the reverse pass reads w's
+    # adjoint (w3 = w1[::2] used after w1's own last use; seed 20261511 #355: d_w1 undefined).
+    children = {}
+    for v, st in view_of.items():
+        children.setdefault(view_base(st.expr, types), set()).add(v)
+
+    def uses(w, seen):
+        out = set(readers.get(w, ()))
+        for v in children.get(w, ()):
+            if v not in seen:
+                seen.add(v)
+                out |= uses(v, seen)
+        return out
+
+    readers = {w: uses(w, {w}) for w in set(readers) | set(children)}
     out = {}
     for body in ir.blocks(fn.body):
         inside = [{id(y) for y in ir.walk([st])} for st in body]
