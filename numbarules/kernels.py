@@ -580,8 +580,13 @@ def _refuse_argument_writes(fn, types):
         if kind == "part":
             # the tuple or struct shares the array with the names it was built from: the
             # write would change them behind the analysis (a silently wrong gradient)
+            what = f"the tuple or struct '{name}'"
+            made = next((x for x in ir.walk(fn.body) if isinstance(x, ir.Assign)
+                         and x.target == name), None)
+            if name.startswith("_") and made is not None and isinstance(made.expr, ir.Call):
+                what = f"the tuple or struct {made.expr.fname}(...) returned"   # a, b = f(u)
             raise UnsupportedSyntaxError(
-                f"writing into an array taken out of the tuple or struct '{name}' (bound on "
+                f"writing into an array taken out of {what} (bound on "
                 f"line {_bound_line(fn, name)})\n"
                 f'  File "{fn.file}", line {line}, in {fn.name}\n'
                 f"Hint: write into the array before building the tuple or struct, or into a "
