@@ -6,6 +6,7 @@ code, where the call is resolved while the caller is typed. The driver runs the 
 and the pullback kernel in one compiled function, so residuals never cross into Python.
 """
 
+import copy
 import inspect
 import re
 
@@ -356,15 +357,44 @@ def pullback(f, *args, boundscheck=False):
     y, residuals = spec.fwd(*args)
     name = f"pullback({getattr(f, '__qualname__', f)})"
     bwd = _frozen_pullback(spec, residuals, y)
+    # A reverse pass that restores the arrays the forward overwrote (or pops saved references)
+    # leaves its residuals as they were before the forward: run again, it would start from the
+    # wrong arrays (silently wrong). Such a pullback keeps a copy of the arguments, and each
+    # call after the first runs the forward again on it.
+    state = {"residuals": residuals, "fresh": True,
+             "args": copy.deepcopy(args) if _runs_once(spec.kernels.pullback) else None}
+    fwd = _frozen_forward(spec, args) if state["args"] is not None else None
 
     def pb(dy):
-        tangents = bwd(residuals, _cotangent(name, y, dy))
+        dy = _cotangent(name, y, dy)
+        if not state["fresh"] and state["args"] is not None:
+            state["residuals"] = fwd(*state["args"])[1]
+        state["fresh"] = False
+        tangents = bwd(state["residuals"], dy)
         if isinstance(spec.target, rules.Rule):
             for k, (a, t) in enumerate(zip(args, tangents)):
                 _check_tangent(f"{spec.target!r}", f"tangent {k}", a, t)
         return tangents[:given]     # one per argument passed (defaults are not)
     pb.__qualname__ = name
     return y, pb
+
+
+def _frozen_forward(spec, args):
+    """The forward kernel as compiled now for ``args`` (the world the pullback was made in, as
+    _frozen_pullback), or its dispatcher where that compiled version is not found."""
+    try:
+        entry = spec.fwd.overloads.get(tuple(numba.typeof(a) for a in args))
+    except (ValueError, TypeError):
+        entry = None
+    return entry.entry_point if entry is not None else spec.fwd
+
+
+def _runs_once(source):
+    """Whether a pullback kernel changes its residuals (it restores overwritten array elements,
+    writes back whole arrays, pops saved references or rule residuals, or calls a callee's
+    pullback, which may): then it can run only once."""
+    return bool(re.search(r"\.pop\(\)|_restore\(|\bbwd_|^\s*[A-Za-z_]\w*\[[^\n]*\] = _tape_",
+                          source, re.M))
 
 
 def _frozen_pullback(spec, residuals, y):
