@@ -667,6 +667,12 @@ def _written_positions(call, types):
     """Positions of the array arguments ``call`` may write into, found from the callee's own
     source (a plain helper, an njit function, a method); () for rules and library functions
     (the writes of those, a ufunc's output argument, the frontend refuses)."""
+    return _probe_callee(call, types, _WRITTEN, _arguments_written_by)
+
+
+def _probe_callee(call, types, table, probe):
+    """``probe(func, argtypes)`` of the function ``call`` dispatches to, memoized in ``table``;
+    () for calls without array arguments, rules and calls that do not dispatch."""
     argtypes = tuple(types.get(a.id) if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
                      for a in call.args)
     if not any(analysis.is_array(t) for t in argtypes) or None in argtypes:
@@ -678,25 +684,35 @@ def _written_positions(call, types):
     if isinstance(target, rules.Rule):
         return ()
     func = target.func if isinstance(target, Method) else target
-    known = _WRITTEN.setdefault(func, {})
+    known = table.setdefault(func, {})
     if argtypes not in known:
         known[argtypes] = ()      # a recursive call while this one is worked out
-        known[argtypes] = _arguments_written_by(func, argtypes)
+        known[argtypes] = probe(func, argtypes)
     return known[argtypes]
+
+
+def _callee_types(func, argtypes):
+    """``(fn, types)``: the normalised IR of a callee and Numba's types of its variables, or
+    None for a callee that cannot be read (it is refused when differentiated)."""
+    try:
+        fn, refs = frontend.normalize(func)
+        primal = _exec(ir.function_source(fn, "callee_probe"), _namespace(refs),
+                       "callee-probe")["callee_probe"]
+        types, _ = numba_glue.infer_types(primal, argtypes)
+    except Exception:       # noqa: BLE001
+        return None
+    types.update(dict(zip(fn.params, argtypes)))
+    return fn, types
 
 
 _WRITTEN = weakref.WeakKeyDictionary()    # function -> {argument types: positions}
 
 
 def _arguments_written_by(func, argtypes):
-    try:
-        fn, refs = frontend.normalize(func)
-        primal = _exec(ir.function_source(fn, "write_probe"), _namespace(refs),
-                       "write-probe")["write_probe"]
-        types, _ = numba_glue.infer_types(primal, argtypes)
-    except Exception:       # noqa: BLE001 - a callee we cannot read is refused when differentiated
+    found = _callee_types(func, argtypes)
+    if found is None:
         return ()
-    types.update(dict(zip(fn.params, argtypes)))
+    fn, types = found
     written = {name for kind, name, _, _ in _array_writes(fn, types) if kind == "argument"}
     return tuple(k for k, p in enumerate(fn.params) if p in written)
 
@@ -747,27 +763,15 @@ def _refuse_writes_through_returned_views(spec, fn, types):
 def _returned_views(call, types):
     """Positions of the array arguments whose memory ``call`` may return (a view or the array
     itself), found from the callee's own source; () for rules and library functions."""
-    argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
-                     for a in call.args)
-    if not any(analysis.is_array(t) for t in argtypes):
-        return ()
-    if call.func in _VIEW_RESULTS or call.func is np.diag and getattr(argtypes[0], "ndim", 0) == 2:
+    if call.func in _VIEW_RESULTS or call.func is np.diag and getattr(
+            types.get(getattr(call.args[0], "id", None)) if call.args else None, "ndim", 0) == 2:
         # before dispatch: np.asarray has no rule, and on a value that is not differentiated
         # needs none, yet writing into its result writes into the argument. (np.diag of a
         # matrix is a view in NumPy and a copy in Numba: refusing the write keeps the two equal.)
-        return (0,)
-    try:
-        target, _ = target_for(call.func, argtypes)
-    except Exception:       # noqa: BLE001 - dispatch errors are reported where the call is made
+        if any(analysis.is_array(types.get(getattr(a, "id", None))) for a in call.args):
+            return (0,)
         return ()
-    if isinstance(target, rules.Rule):
-        return ()
-    func = target.func if isinstance(target, Method) else target
-    known = _VIEW_RETURNS.setdefault(func, {})
-    if argtypes not in known:
-        known[argtypes] = ()      # a recursive call while this one is worked out
-        known[argtypes] = _views_returned_by(func, argtypes)
-    return known[argtypes]
+    return _probe_callee(call, types, _VIEW_RETURNS, _views_returned_by)
 
 
 _VIEW_RETURNS = weakref.WeakKeyDictionary()    # function -> {argument types: positions}
@@ -781,14 +785,10 @@ _VIEW_RESULTS = {np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np
 
 
 def _views_returned_by(func, argtypes):
-    try:
-        fn, refs = frontend.normalize(func)
-        primal = _exec(ir.function_source(fn, "view_probe"), _namespace(refs),
-                       "view-probe")["view_probe"]
-        types, _ = numba_glue.infer_types(primal, argtypes)
-    except Exception:       # noqa: BLE001 - a callee we cannot read is refused when differentiated
+    found = _callee_types(func, argtypes)
+    if found is None:
         return ()
-    types.update(dict(zip(fn.params, argtypes)))
+    fn, types = found
     ret = [s.value for s in ir.walk(fn.body) if isinstance(s, ir.Return)]
     if not ret or not isinstance(ret[0], ir.Name):
         return ()

@@ -844,13 +844,7 @@ def _stores_into_fresh(body, alias):
         for s in block:
             if isinstance(s, ir.Store) and made.get(s.array):
                 out.add(id(s))
-            touched = {n for x in ir.walk([s]) for n in stmt_reads(x)}
-            touched |= {x.array for x in ir.walk([s]) if isinstance(x, ir.Store)}
-            touched |= {x.target for x in ir.walk([s]) if x is not s and isinstance(x, ir.Assign)}
-            for n in touched:
-                made[n] = False
-            if isinstance(s, ir.Assign) and s.target not in shared and _makes_new_array(s.expr):
-                made[s.target] = True
+            _after(made, s, shared)
     return out
 
 
@@ -936,13 +930,7 @@ def _snapshots(fn, types, alias, distinct, pushes):
                     snapshots[id(s)] = tuple(saved)
             for part in _parts(s):
                 visit(part)
-            touched = {n for x in ir.walk([s]) for n in stmt_reads(x)}
-            touched |= {x.array for x in ir.walk([s]) if isinstance(x, ir.Store)}
-            touched |= {x.target for x in ir.walk([s]) if x is not s and isinstance(x, ir.Assign)}
-            for n in touched:
-                made[n] = False
-            if isinstance(s, ir.Assign) and s.target not in shared and _makes_new_array(s.expr):
-                made[s.target] = True
+            _after(made, s, shared)
 
     visit(fn.body)
     return snapshots, frozenset(covered)
@@ -957,6 +945,17 @@ def _parts(s):
     if isinstance(s, ir.While):
         return (s.cond, s.body)
     return ()
+
+
+def _after(made, s, shared):
+    """Update ``made`` (array name -> made new in this block and untouched since) past ``s``."""
+    touched = {n for x in ir.walk([s]) for n in stmt_reads(x)}
+    touched |= {x.array for x in ir.walk([s]) if isinstance(x, ir.Store)}
+    touched |= {x.target for x in ir.walk([s]) if x is not s and isinstance(x, ir.Assign)}
+    for n in touched:
+        made[n] = False
+    if isinstance(s, ir.Assign) and s.target not in shared and _makes_new_array(s.expr):
+        made[s.target] = True
 
 
 def _recompute_operands(group, recomputed_targets):
