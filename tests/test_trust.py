@@ -1383,6 +1383,28 @@ def test_a_pullback_called_again_gives_the_same_tangents():
         np.testing.assert_allclose(first[0], want[0], rtol=1e-12)
 
 
+_IDX = np.array([0, 2, 2, 4])
+
+
+def _fancy_read(x, c):
+    y = x[_IDX]                     # a copy: repeated indices must add up in the adjoint
+    return np.sum(y * y) * c
+
+
+def _mask_read(x, c):
+    y = x[x > 0.4]
+    return np.sum(y * y) * c
+
+
+def test_indexing_with_arrays_is_refused():
+    # both gave a zero gradient, silently (the view rule applied to a copy); stores raised a
+    # raw Numba TypingError
+    x = np.array([0.5, 1.5, -0.7, 0.3, 0.9])
+    for f in (_fancy_read, _mask_read):
+        with pytest.raises(nr.UnsupportedSyntaxError, match=r"with an array of indices or a mask"):
+            nr.grad(f, argnums=(0, 1))(x, 0.8)
+
+
 def _dot_then_overwrite(v, w, x):
     a = w * 2.0
     a[0] += x

@@ -133,6 +133,7 @@ def plan(fn, types, mask, classify):
     lazy = _lazy_views(fn, types, view_of, sites, in_loop, loop_views)
     _check_views(fn, stmts, types, active, alias, view_of, in_loop, {**loop_views, **lazy})
     _check_array_methods(fn, stmts, types, active)
+    _check_fancy_indexing(fn, stmts, types, active, alias)
     _check_aggregates(fn, stmts, types, active, sites, in_loop)
     rebound = _rebound(fn, stmts, types, active, alias, view_of, {**loop_views, **lazy}, sites,
                        in_loop)
@@ -641,6 +642,29 @@ def _check_array_methods(fn, stmts, types, active):
             hint = ("Hint: reinterpreting an array's memory has no derivative; for a view of the "
                     "whole array write x[:], for a copy of another dtype x.astype(...).")
         raise UnsupportedSyntaxError(f"{what} on a differentiated array\n{where(fn, s.line)}\n{hint}")
+
+
+def _check_fancy_indexing(fn, stmts, types, active, alias):
+    """Indexing a differentiated array with an array of indices or a mask (``x[idx]``,
+    ``x[x > 0]``) makes a copy, not a view, and its adjoint needs a scatter-add that sums
+    repeated indices: refused (the view rule gave a zero gradient, silently)."""
+    hot = {alias.get(n, n) for n in active}
+    for s in stmts:
+        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Index):
+            base, index = s.expr.a, s.expr.index
+        elif isinstance(s, ir.Store):
+            base, index = ir.Name(s.array), s.index
+        else:
+            continue
+        if not (isinstance(base, ir.Name) and alias.get(base.id, base.id) in hot):
+            continue
+        if any(isinstance(a, ir.Name) and isinstance(types.get(a.id), nbt.Array)
+               for a in ir.index_atoms(index)):
+            raise UnsupportedSyntaxError(
+                f"indexing the differentiated array '{base.id}' with an array of indices or a "
+                f"mask ({base.id}[idx], {base.id}[{base.id} > 0])\n{where(fn, s.line)}\n"
+                f"Hint: loop over the indices (for k in range(idx.shape[0]): ... "
+                f"{base.id}[idx[k]] ...), or use np.where(mask, {base.id}, 0.0) for a mask.")
 
 
 def _recomputable(body, sites, types, alias, distinct):

@@ -81,6 +81,7 @@ REFUSAL_CLASSES = {
     "write through a returned view": r"which shares memory with the array .* returned",
     "write into a part": r"writing into an array taken out of the tuple or struct",
     "hidden write": r"writes into its array argument|writing through '[^']*\.(flat|real|imag)'",
+    "fancy index": r"with an array of indices or a mask",
     "struct built in loop or branch": r"building the struct .* inside a branch or loop"
                                       r"|\(holding differentiated arrays\) is bound more than once"
                                       r"|a struct or tuple holding the array",
@@ -1585,8 +1586,14 @@ class Generator:
             a, w = self.fresh("a"), self.fresh("w")
             self.emit(ctx, f"{a} = {v.expr} * 1.0")
             how = self.pick([(1, "asarray"), (1, "ascontiguousarray"), (0.5, "out"),
-                             (0.5, "fill"), (1, "part"), (1, "helper"), (0.5, "flat")])
-            if how == "flat":        # through an attribute the analysis does not follow
+                             (0.5, "fill"), (1, "part"), (1, "helper"), (0.5, "flat"),
+                             (1, "fancy")])
+            if how == "fancy":       # an array of indices or a mask (a copy, not a view)
+                self.may_refuse.add("fancy index")
+                idx = self.pick([(1, f"np.arange(0, {v.shape[0]}, 2)"), (1, f"{a} > 0.1")])
+                self.emit(ctx, f"{w} = np.sum({a}[{idx}] * {a}[{idx}])")
+                self.emit(ctx, f"s += {w}")
+            elif how == "flat":      # through an attribute the analysis does not follow
                 self.may_refuse.add("hidden write")
                 self.emit(ctx, f"{a}.{self.pick([(1, 'flat'), (1, 'real')])}[0] = "
                                f"{self.fexpr(ctx, 1)}")
