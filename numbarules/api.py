@@ -362,7 +362,7 @@ def pullback(f, *args, boundscheck=False):
     # wrong arrays (silently wrong). Such a pullback keeps a copy of the arguments, and each
     # call after the first runs the forward again on it.
     state = {"residuals": residuals, "fresh": True,
-             "args": copy.deepcopy(args) if _runs_once(spec.kernels.pullback) else None}
+             "args": copy.deepcopy(args) if spec.kernels.changes_residuals else None}
     fwd = _frozen_forward(spec, args) if state["args"] is not None else None
 
     def pb(dy):
@@ -387,14 +387,6 @@ def _frozen_forward(spec, args):
     except (ValueError, TypeError):
         entry = None
     return entry.entry_point if entry is not None else spec.fwd
-
-
-def _runs_once(source):
-    """Whether a pullback kernel changes its residuals (it restores overwritten array elements,
-    writes back whole arrays, pops saved references or rule residuals, or calls a callee's
-    pullback, which may): then it can run only once."""
-    return bool(re.search(r"\.pop\(\)|_restore\(|\bbwd_|^\s*[A-Za-z_]\w*\[[^\n]*\] = _tape_",
-                          source, re.M))
 
 
 def _frozen_pullback(spec, residuals, y):

@@ -544,9 +544,11 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         getattr(callee, "return_type", None) == types.get(stmt.target)
     value = ("rule" if isinstance(target, rules.Rule) and target.kind == "rrule" else
              "forward" if getattr(callee, "uses_rules", False) else "primal")
+    changes = getattr(getattr(callee, "kernels", None), "changes_residuals", True)
     return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep,
                             tangents=tuple(callee.tangent_kinds), value=value,
-                            residuals=getattr(callee, "residual_type", None))
+                            residuals=getattr(callee, "residual_type", None),
+                            changes_residuals=changes)
 
 
 def _bind(ns, callee):

@@ -45,6 +45,7 @@ class CallPlan:
                                # "primal" (the function itself), "rule" (an rrule's forward,
                                # whose residuals are saved per call), "forward" (the callee's
                                # forward kernel: a rule somewhere below gives the value)
+    changes_residuals: bool = True  # derived, kept: the callee's pullback changes its residuals
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class Kernels:
     whole_body: tuple = ()     # its statements (lines), between the signature and the return
     whole_tangents: tuple = () # the tangent it returns for each parameter ("None" or a name)
     whole_value: str = "_y"    # the value it returns
+    changes_residuals: bool = False  # the pullback restores saved arrays or pops saved lists
+                               # (or calls a callee's pullback on kept residuals): it can run
+                               # once on its residuals (api.pullback runs the forward again)
 
 
 class _Names:
@@ -181,6 +185,7 @@ class _Gen:
                            and id(x.expr) not in self.kept}
         self.rule_lists = {}        # the residual lists the forward filled -> residual type
         self.checkpointed = set()   # calls whose reverse runs before their forward (fused post)
+        self.changes_residuals = False  # see Kernels.changes_residuals
         # Device code (numbarules.cuda): the tape capacity, a compile-time constant; None on
         # the CPU. See device_vjp.
         self.device = None
@@ -411,12 +416,14 @@ class _Gen:
 
     def restore(self, out, w):
         """Write back the copy of ``w`` saved before its loop (see snapshots)."""
+        self.changes_residuals = True
         k = self.tape_key(self.types[w].dtype)
         out.add(f"_k_{k} = _restore({w}, _tape_{k}, _k_{k})")
         for name in (w, f"_tape_{k}", f"_k_{k}"):
             out.read(name)
 
     def pop_view(self, out, view, t):
+        self.changes_residuals = True
         k = self.tape_key(t)
         out.add(f"_k_{k} -= {view}.size")
         out.add(f"{view} = _tape_{k}[_k_{k}:_k_{k} + {view}.size].reshape({view}.shape)")
@@ -446,6 +453,7 @@ class _Gen:
         """Take back the array ``s`` dropped, and its adjoint (see analysis._rebound): the
         adjoint of a name of its class holding the same array, else a fresh zero one."""
         v, d = s.target, self.names.d
+        self.changes_residuals = True
         out.add(f"{v} = _lr_{v}.pop()")
         out.read(f"_lr_{v}")
         if v not in self.plan.active or v in self.forwarded:
@@ -868,6 +876,8 @@ class _Gen:
     def pop(self, out, target, t):
         if self.fusing:
             return
+        if "[" in target:              # an overwritten element put back into its array
+            self.changes_residuals = True
         k = self.tape_key(t)
         out.add(f"_k_{k} -= 1")
         out.add(f"{target} = _tape_{k}[_k_{k}]")
@@ -1206,11 +1216,13 @@ class _Gen:
                 out.add(f"_need = max(_need, _r[{len(e.args) + 1}])")
                 out.add(f"_r = _r[1:{len(e.args) + 1}]")
             elif id(e) in self.kept:
+                self.changes_residuals |= cp.changes_residuals   # its pullback restores them
                 out.read(self.kept[id(e)])
                 out.add(f"_r = bwd_{cp.name}({self.kept[id(e)]}, {g})")
             elif self.rule_site(e):
                 site = self.rule_site(e)
                 if not self.fusing:
+                    self.changes_residuals = True
                     out.add(f"{site} = _l{site}.pop()")
                     out.read(f"_l{site}")
                 out.add(f"_r = bwd_{cp.name}({site}, {g})")
@@ -1274,6 +1286,7 @@ class _Gen:
     def build(self):
         self.residuals = ()
         bwd = self.pullback()
+        changes = self.changes_residuals
         fwd = self.forward(self.residuals)
         fused = self.fused_vjp()
         params = ", ".join(self.fn.params)
@@ -1289,7 +1302,7 @@ class _Gen:
             whole = None
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes), whole,
-                       tuple(self.whole_body), self.whole_tangents, self.whole_value)
+                       tuple(self.whole_body), self.whole_tangents, self.whole_value, changes)
 
     def whole_vjp(self):
         """The forward's statements, then the pullback's, in one function: one kernel to compile
