@@ -1504,3 +1504,38 @@ def test_a_kernel_numbas_frontend_could_not_type(make_module):
     assert t[0] == g[0] and t[6] == g[1]
     np.testing.assert_allclose(t[7], g[2], rtol=1e-12)
     check_grad(frontend_prog.f, *args, argnums=(0, 6, 7))
+
+
+def _param_from_tuple_in_loop(t, x):
+    s = 0.0
+    for i in range(2):
+        s += x * x
+        x = t[0]          # the argument x replaced by a part of t: its first value must be saved
+    return s * s
+
+
+def _param_from_tuple(t, x):
+    s = x * x
+    x = t[1]
+    return s * x
+
+
+def _array_param_from_tuple_in_loop(v, t):
+    s = 0.0
+    for i in range(2):
+        s += np.sum(v * v)
+        v = t[0]
+    return s
+
+
+def test_a_parameter_rebound_to_a_part_of_a_tuple():
+    # Fuzz seed 20261532 #859: 'x0 = t0[0]' in a loop was taken for "a part of an aggregate,
+    # bound once: the same value every time", which is true of a local but not of a parameter,
+    # whose argument the first iteration's adjoint reads (x0 gradient 10% off).
+    check_grad(_param_from_tuple_in_loop, (-0.45, 0.3), -0.565)
+    check_grad(_param_from_tuple, (-0.45, 0.3), -0.565)
+    # The array case gave the argument's adjoint with the wrong sign; the tuple's part cannot
+    # share the reverse pass's array adjoint lookup, so it is refused by name.
+    with pytest.raises(nr.UnsupportedSyntaxError, match="struct or tuple holding the array 'v'"):
+        nr.grad(_array_param_from_tuple_in_loop, argnums=(0, 1))(
+            np.array([1.0, 2.0]), (np.array([0.5, -1.0]), 1.0))

@@ -413,7 +413,8 @@ def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loo
     out = {}
     for v in sorted(active):
         if not is_float_array(types.get(v)) or v in out or v in loop_views \
-                or not _rebinds(fn, v, sites, in_loop) or _one_part(sites.get(v, []), types):
+                or not _rebinds(fn, v, sites, in_loop) \
+                or _one_part(sites.get(v, []), types) and v not in fn.params:
             continue
         # Views taken in loops are bound per iteration (_loop_views, _lazy_views): not members.
         members = sorted(m for m in classes.get(alias.get(v, v), [v]) if m not in loop_views)
@@ -765,9 +766,11 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
     # operands as they were at the statement (a statement never reads its own target) and,
     # for exp-like partials, the statement's own result.
     def invariant_part(s):
-        """A read of a part of an aggregate that is bound once: the same value every time."""
+        """A read of a part of an aggregate that is bound once: the same value every time.
+        Not for a parameter: its binding replaces the argument, which the reverse may read."""
         src = part_of(s.expr, types)
         return src is not None and not isinstance(s.expr, ir.Atom) \
+            and s.target not in fn.params \
             and len(sites.get(s.target, ())) == 1 and len(sites.get(src, ())) <= 1
 
     def scan(block, pending):
@@ -825,12 +828,13 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
             continue        # taken again in the reverse pass (_lazy_views)
         if v in rebound or v in needed and not scalar(v) and isinstance(types.get(v), nbt.Array) \
                 and (len(ss) > 1 or any(id(s) in in_loop for s in ss)) and not any(
-                    id(s) in recomputed for s in ss) and not _one_part(ss, types):
+                    id(s) in recomputed for s in ss) and not (_one_part(ss, types)
+                                                                and v not in fn.params):
             # Array references: the binding the statement drops goes on a list of arrays.
             pushes.update(id(s) for s in rebinding_sites(fn, v, sites))
             continue
         if v in needed and not scalar(v):
-            if _one_part(ss, types):
+            if _one_part(ss, types) and v not in fn.params:
                 continue        # one field of one aggregate: the same array every time
             pushes.update(id(s) for s in ss if id(s) not in recomputed
                           and (len(ss) > 1 or id(s) in in_loop))
