@@ -1539,3 +1539,20 @@ def test_a_parameter_rebound_to_a_part_of_a_tuple():
     with pytest.raises(nr.UnsupportedSyntaxError, match="struct or tuple holding the array 'v'"):
         nr.grad(_array_param_from_tuple_in_loop, argnums=(0, 1))(
             np.array([1.0, 2.0]), (np.array([0.5, -1.0]), 1.0))
+
+
+def _unused_view_of_a_branch_view(v, x):
+    s = x * x
+    if x > 100.0:
+        return s
+    w = v.reshape((2, 2))       # a view taken again in the reverse pass (after an early return)
+    s = s + v[3]
+    wt = w.T                    # a view of it, never used
+    return s
+
+
+def test_an_unused_view_of_a_view_taken_in_a_branch():
+    # Fuzz seed 20261532 #1592: the unused view's adjoint was bound when the pullback starts,
+    # to the adjoint of a view that is only bound in the reverse pass (NameError in Numba's
+    # frontend, shown as a TypingError).
+    check_grad(_unused_view_of_a_branch_view, np.arange(4.0), 0.3)

@@ -18,7 +18,7 @@ from . import fusion, ir
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
 from .analysis import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
-                       is_float_tuple, part_of, stmt_reads)
+                       is_float_tuple, part_of, stmt_reads, view_base)
 from .analysis import where as where_in
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
@@ -711,8 +711,16 @@ class _Gen:
         # array reach both: aliases and views (a view to the same view of it), the fields and
         # items of aggregates, and aggregates built here (holding the very arrays they were
         # built from).
+        # A view of a view taken again in the reverse pass (lazy) is itself such a view when
+        # it is used (analysis._lazy_views counts its uses as its base's); unused, its adjoint
+        # is never read and has nothing to be bound to here (seed 20261532 #1592).
+        unbound = set(plan.lazy_views or {})
         for s in ir.walk(self.fn.body):
             v = s.target if isinstance(s, ir.Assign) and s.target in plan.active else None
+            if v is not None and is_float_array(self.types.get(v)) \
+                    and view_base(s.expr, self.types) in unbound:
+                unbound.add(v)
+                continue
             if v in self.built:
                 header.append(f"{d(v)} = {self.built_tangent(s, reads)}")
             elif v in self.sourced:

@@ -1261,7 +1261,11 @@ class Generator:
             reds = [(2, ("np.dot", f"np.dot({v.expr}, {u.expr})")),
                     (1, ("vector @ vector", f"{v.expr} @ {u.expr}")) if v.contig and u.contig
                     else (0, None),
-                    (1, ("np.linalg.norm", f"np.linalg.norm({v.expr})")),
+                    # shifted: the zeros feature can scale a vector by an exact 0.0, and the
+                    # 2-norm's gradient at the zero vector is NaN by convention (JAX's; see
+                    # primitives/linalg.py), which finite differences do not see (seed
+                    # 20261531 #1233)
+                    (1, ("np.linalg.norm", f"np.linalg.norm({v.expr} + 2.0)")),
                     (2, ("np.sum", f"np.sum({v.expr} * {u.expr})")),
                     (1, ("np.sum", f"np.sum(np.sin({v.expr}))"))]
             tag, e = self.pick(reds)
