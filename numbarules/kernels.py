@@ -545,10 +545,15 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     value = ("rule" if isinstance(target, rules.Rule) and target.kind == "rrule" else
              "forward" if getattr(callee, "uses_rules", False) else "primal")
     changes = getattr(getattr(callee, "kernels", None), "changes_residuals", True)
+    ret, want = getattr(callee, "return_type", None), types.get(stmt.target)
+    relayout = ""
+    if analysis.is_float_array(ret) and analysis.is_float_array(want) \
+            and ret.layout != want.layout and want.layout in "CF":
+        relayout = "ascontiguousarray" if want.layout == "C" else "asfortranarray"
     return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep,
                             tangents=tuple(callee.tangent_kinds), value=value,
                             residuals=getattr(callee, "residual_type", None),
-                            changes_residuals=changes)
+                            changes_residuals=changes, relayout=relayout)
 
 
 def _bind(ns, callee):

@@ -1556,3 +1556,20 @@ def test_an_unused_view_of_a_view_taken_in_a_branch():
     # to the adjoint of a view that is only bound in the reverse pass (NameError in Numba's
     # frontend, shown as a TypingError).
     check_grad(_unused_view_of_a_branch_view, np.arange(4.0), 0.3)
+
+
+def _tanh_prod_after_a_return(M, x):
+    s = 0.0
+    for i in range(2):
+        return x * s
+    y = np.tanh(M)             # the rule gives a C array; Numba's np.tanh of an F one is F
+    s += np.prod(y)
+    return s
+
+
+def test_a_rule_whose_result_has_another_layout_than_numbas():
+    # Fuzz seed 20261532 #1610: np.prod's residuals, saved on a list typed for the primal's
+    # F-ordered y, got tanh's C-ordered array (an assertion deep in Numba's lowering)
+    M = np.asfortranarray(np.arange(9.0).reshape(3, 3) / 9 - 0.5)
+    check_grad(_tanh_prod_after_a_return, M, 0.3)
+    check_grad(_tanh_prod_after_a_return, np.ascontiguousarray(M), 0.3)

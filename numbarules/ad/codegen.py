@@ -46,6 +46,9 @@ class CallPlan:
                                # whose residuals are saved per call), "forward" (the callee's
                                # forward kernel: a rule somewhere below gives the value)
     changes_residuals: bool = True  # derived, kept: the callee's pullback changes its residuals
+    relayout: str = ""         # derived from an rrule whose array has another layout than
+                               # Numba's primal gives (vmath's tanh of an F-ordered array is C):
+                               # the NumPy function that copies it to the primal's layout
 
 
 @dataclass(frozen=True)
@@ -493,6 +496,10 @@ class _Gen:
                 # the rule's forward gives the value; its residuals wait for the reverse
                 site = self.rule_site(s.expr)
                 out.add(f"{s.target}, {site} = fwd_{cp.name}({args})")
+                if cp.relayout:
+                    # every later type (the residual lists of the calls that read it) was
+                    # inferred from the primal's: keep its layout (fuzz 20261532 #1610)
+                    out.add(f"{s.target} = _np.{cp.relayout}({s.target})")
                 if not self.fusing:
                     out.add(f"_l{site}.append({site})")
                     self.rule_lists[f"_l{site}"] = cp.residuals
