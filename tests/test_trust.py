@@ -1573,3 +1573,36 @@ def test_a_rule_whose_result_has_another_layout_than_numbas():
     M = np.asfortranarray(np.arange(9.0).reshape(3, 3) / 9 - 0.5)
     check_grad(_tanh_prod_after_a_return, M, 0.3)
     check_grad(_tanh_prod_after_a_return, np.ascontiguousarray(M), 0.3)
+
+
+def _column_scaled_in_a_loop(M, x):
+    s = 0.0
+    if x > 100.0:
+        return s
+    u = M[:, 0] * 1.0             # a 1-d F array when M is F-ordered
+    for it in range(3):
+        y = u[it:] * x
+        s += np.sum(y * y)
+        u = u * 1.05
+    return s + np.sum(u * u)
+
+
+def _transpose_scaled_in_a_loop(M, x):
+    s = 0.0
+    if x > 100.0:
+        return s
+    u = M.T * x                   # 2-d, F-ordered when M is C-ordered
+    for it in range(3):
+        s += np.sum(u * u)
+        u = u * 1.05
+    return s + np.sum(u)
+
+
+def test_arrays_of_other_layouts_rebound_in_a_loop():
+    # Fuzz seed 20261531 #817 was refused naming an internal temporary: the first saved
+    # reference of an array first bound in a branch is an empty array of its type, which was
+    # made C-ordered only
+    M = np.asfortranarray(np.arange(12.0).reshape(4, 3) / 12 - 0.4)
+    for m in (M, np.ascontiguousarray(M)):
+        check_grad(_column_scaled_in_a_loop, m, 0.7)
+        check_grad(_transpose_scaled_in_a_loop, m, 0.7)

@@ -253,6 +253,22 @@ class _Gen:
             return "0" if t == nbt.int64 else f"_np.{t}(0)"
         return None
 
+    @staticmethod
+    def empty_of(t, fn, s):
+        """An empty array of type ``t`` (its layout too: Numba unifies the two bindings only
+        if the layouts agree)."""
+        if not t.mutable:
+            raise UnsupportedSyntaxError(
+                f"the read-only array '{s.target}' ({t}) first bound inside a loop or a branch "
+                f"and rebound\n{where_in(fn, s.line)}\n"
+                f"Hint: bind it once before the loop (v = np.empty_like(...)) or copy it.")
+        empty = f"_np.empty(({'0, ' * t.ndim}), _np.{t.dtype})"
+        if t.layout == "F":       # .T of a C array; a 1-d F array is a column of one
+            return f"_np.empty((1, 0), _np.{t.dtype}).T[:, 0]" if t.ndim == 1 else f"{empty}.T"
+        if t.layout == "A":       # a strided slice
+            return f"{empty}[{', '.join(['::-1'] * t.ndim)}]"
+        return empty
+
     def reset_zero(self, t):
         """The value a scalar adjoint restarts from when its variable is written again: -0.0,
         the exact identity of +, so that LLVM folds ``d = -0.0; d += g`` to ``d = g``. With
@@ -321,14 +337,7 @@ class _Gen:
                          and self.reference(x) and not self.reference_unread(x)}):
             if v in fn.params or id(first[v]) in top:
                 continue
-            t = self.types[v]
-            if t.layout != "C":
-                raise UnsupportedSyntaxError(
-                    f"the array '{v}' ({t}, not C-contiguous) first bound inside a loop or a "
-                    f"branch and rebound\n{where_in(fn, first[v].line)}\n"
-                    f"Hint: bind it once before the loop (v = np.empty_like(...)) or make it "
-                    f"contiguous (np.ascontiguousarray).")
-            lines.append(f"{v} = _np.empty(({'0, ' * t.ndim}), _np.{t.dtype})")
+            lines.append(f"{v} = {self.empty_of(self.types[v], fn, first[v])}")
         # Trip counts too: a loop inside a branch that is not taken never sets its own.
         for x in ir.walk(fn.body):
             if isinstance(x, (ir.For, ir.While)) and id(x) not in top \
