@@ -13,6 +13,7 @@ from .profile import compile_stats, CompileStats
 from .rules import rrule, scalar_rule, opt_out, non_differentiable, rule_for
 from . import primitives  # noqa: F401 - registers the built-in rules
 from .api import grad, value_and_grad, pullback, code, ad_stats, explain
+from .checkpoint import checkpointed
 from . import testing
 from .errors import (NumbarulesError, SignatureError, DispatchError, NoMethodError, AmbiguityError,
                      CompilationError, UnsupportedSyntaxError, DifferentiationError, RuleError,
@@ -26,7 +27,7 @@ __all__ = [
     "Int32", "Bool", "AbstractArray", "AbstractVector", "AbstractMatrix", "Array", "Vector",
     "Matrix", "typeof", "issubtype", "struct", "Tangent", "GenericFunction", "Method", "generic",
     "which", "jit", "cache_info", "clear_cache", "compile_stats", "CompileStats", "scalar_rule", "rrule", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
-    "pullback", "code", "ad_stats", "explain", "testing", "NumbarulesError", "SignatureError",
+    "pullback", "code", "ad_stats", "explain", "checkpointed", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError", "TangentShapeError",
 ]

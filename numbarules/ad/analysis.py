@@ -937,7 +937,8 @@ def _snapshots(fn, types, alias, distinct, pushes):
     def visit(block):
         made = {}          # as in _stores_into_fresh: made new here, untouched since
         for s in block:
-            if isinstance(s, ir.For):
+            # (a checkpointed loop keeps its state in its own slots: codegen.checkpointed_loop)
+            if isinstance(s, ir.For) and s.snapshots is None:
                 inside = list(ir.walk(s.body))
                 assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
                 read = {n for x in inside for n in reads(x)}

@@ -171,6 +171,7 @@ class _Gen:
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
         self.fusing = False
+        self.plain = False          # the steps a checkpointed loop advances: no saves at all
         self.seed_as = None         # the adjoint a statement's reverse starts from, when not
                                     # its target's (stmt_rev_body with views)
         # Top-level calls whose callee's residuals the forward keeps (call id -> residual name);
@@ -489,7 +490,9 @@ class _Gen:
 
     def stmt_fwd(self, s, out, reserved):
         out.comment(self.fn, s.line)
-        pushed = id(s) in self.plan.pushes
+        pushed = id(s) in self.plan.pushes and not self.plain
+        if isinstance(s, ir.For) and s.snapshots is not None and not self.plain:
+            return self.checkpointed_fwd(s, out, reserved)
         if isinstance(s, ir.Assign):
             if pushed and self.reference(s):
                 if not self.reference_unread(s):
@@ -538,7 +541,7 @@ class _Gen:
             if pushed:
                 self.push(out, s.var, self.pushed_type(s), reserved)
             innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))
-            if id(s) in self.plan.reverse_relevant:
+            if id(s) in self.plan.reverse_relevant and not self.plain:
                 n = f"_n{s.id}"
                 if id(s) in self.plan.in_loop:
                     self.push(out, n, nbt.int64, reserved)
@@ -557,7 +560,7 @@ class _Gen:
             out.add(f"for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
             self.nested(s.body, out, innermost)
         elif isinstance(s, ir.While):
-            relevant = id(s) in self.plan.reverse_relevant
+            relevant = id(s) in self.plan.reverse_relevant and not self.plain
             w = f"_w{s.id}"
             if relevant:
                 if id(s) in self.plan.in_loop:
@@ -604,6 +607,170 @@ class _Gen:
                 add(self.tape_key(nbt.int64))   # its trip count, saved before it runs
         return counts
 
+    # --- checkpointed loops (nr.checkpointed; the schedule: revolve.py) ----------------------
+
+    def checkpoint_state(self, loop):
+        """The names whose values at the start of a step the step depends on and changes:
+        (arrays, scalars). A name read in the body before the body certainly assigns it, that
+        the body assigns, or (arrays) that shares memory with an array the body stores into."""
+        alias = self.plan.alias_of
+        assigned = {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}
+        assigned |= {x.var for x in ir.walk(loop.body) if isinstance(x, ir.For)}
+        stored = {alias.get(x.array, x.array) for x in ir.walk(loop.body)
+                  if isinstance(x, ir.Store)}
+        exposed = []
+
+        def visit(block, defined):
+            """Record the reads in ``block`` of names no statement before them certainly set
+            (in this step); ``defined`` grows with the block's own assignments."""
+            for x in block:
+                for n in stmt_reads(x):
+                    if n not in defined and n not in exposed:
+                        exposed.append(n)
+                if isinstance(x, ir.Assign):
+                    defined.add(x.target)
+                elif isinstance(x, ir.If):
+                    visit(x.body, set(defined))
+                    visit(x.orelse, set(defined))
+                elif isinstance(x, ir.For):
+                    visit(x.body, defined | {x.var})
+                elif isinstance(x, ir.While):
+                    inner = set(defined)
+                    visit(x.cond, inner)
+                    visit(x.body, inner)
+
+        visit(loop.body, {loop.var})
+        arrays, scalars = [], []
+        for n in exposed:
+            t = self.types.get(n)
+            if isinstance(t, nbt.Array) and (n in assigned or alias.get(n, n) in stored):
+                arrays.append(n)
+            elif n in assigned and self.zero(t) is not None and not isinstance(t, nbt.BaseTuple):
+                scalars.append(n)
+            elif n in assigned:
+                raise UnsupportedSyntaxError(
+                    f"'{n}' ({t}), carried from one step of a checkpointed loop to the next\n"
+                    f"{where_in(self.fn, loop.line)}\n"
+                    f"Hint: carry arrays and numbers (unpack tuples and structs before the loop).")
+        return sorted(arrays), sorted(scalars)
+
+    def checkpointed_fwd(self, s, out, reserved):
+        """The forward of a checkpointed loop: keep its state at entry (slot 0), then run the
+        steps saving nothing."""
+        if self.device is not None:
+            raise UnsupportedSyntaxError(
+                f"a checkpointed loop in device code\n{where_in(self.fn, s.line)}\n"
+                f"Hint: device tapes are fixed in size; use range(...) in kernels.")
+        arrays, scalars = self.checkpoint_state(s)
+        if id(s) in self.plan.pushes:
+            self.push(out, s.var, self.pushed_type(s), reserved)
+        out.add(f"_n{s.id} = _trip({s.start.src()}, {s.stop.src()}, {s.step.src()})")
+        for a in arrays:
+            out.add(f"_cr{s.id}_{a} = {a}")
+            out.add(f"_cv{s.id}_{a} = {a}.copy()")
+        for v in scalars:
+            out.add(f"_cv{s.id}_{v} = {v}")
+        self.plain_loop(s, out, s.start.src(), s.stop.src(), s.step.src())
+        # the lists and tapes the pullback's steps use are made here (tape_inits): emit a step
+        # with its saves once, into nothing, to declare them
+        self.block_fwd(s.body, _Out(), False)
+
+    def plain_loop(self, s, out, start, stop, step):
+        out.add(f"for {s.var} in range({start}, {stop}, {step}):")
+        self.plain, self.fusing, fusing = True, True, self.fusing
+        try:
+            self.nested(s.body, out, False)
+        finally:
+            self.plain, self.fusing = False, fusing
+
+    def checkpointed_rev(self, s, out):
+        """The reverse of a checkpointed loop: the schedule's rows (revolve.py) on the working
+        state, each slot holding for every state array the array bound then (its reference)
+        and a copy of its values, and the scalars."""
+        arrays, scalars = self.checkpoint_state(s)
+        self.changes_residuals = True       # LOAD writes into the state's arrays
+        i, n, k = s.id, f"_n{s.id}", s.snapshots.src()
+        for name in [n, *(f"_cr{i}_{a}" for a in arrays), *(f"_cv{i}_{a}" for a in arrays),
+                     *(f"_cv{i}_{v}" for v in scalars), *arrays, *scalars] + [
+                a.id for a in (s.start, s.step, s.snapshots) if isinstance(a, ir.Name)]:
+            out.read(name)
+        # the steps read what was bound before the loop: residuals too
+        for x in ir.walk(s.body):
+            for r in stmt_reads(x):
+                out.read(r)
+        out.add(f"_ops{i} = _schedule({n}, {k})")
+        for a in arrays:
+            out.add(f"_sr{i}_{a} = _List()")
+            out.add(f"_sr{i}_{a}.append(_cr{i}_{a})")
+            out.add(f"_sv{i}_{a} = _List()")
+            out.add(f"_sv{i}_{a}.append(_cv{i}_{a})")
+        for v in scalars:
+            dtype = "bool_" if isinstance(self.types[v], nbt.Boolean) else str(self.types[v])
+            out.add(f"_ss{i}_{v} = _np.empty(max({k}, 0) + 1, _np.{dtype})")
+            out.add(f"_ss{i}_{v}[0] = _cv{i}_{v}")
+        o = f"_o{i}"
+        out.add(f"for {o} in range(_ops{i}.shape[0]):")
+        out.indent += 1
+        out.local.append({s.var, o})
+        out.add(f"_op, _oa, _ob = _ops{i}[{o}, 0], _ops{i}[{o}, 1], _ops{i}[{o}, 2]")
+        out.add("if _op == 0:    # LOAD slot _oa")
+        for a in arrays:
+            out.add(f"    {a} = _sr{i}_{a}[_oa]")
+            out.add(f"    _copy_into({a}, _sv{i}_{a}[_oa])")
+        for v in scalars:
+            out.add(f"    {v} = _ss{i}_{v}[_oa]")
+        out.add("elif _op == 1:  # SAVE slot _oa")
+        for a in arrays:
+            out.add(f"    if _oa == len(_sv{i}_{a}):")
+            out.add(f"        _sr{i}_{a}.append({a})")
+            out.add(f"        _sv{i}_{a}.append({a}.copy())")
+            out.add("    else:")
+            out.add(f"        _sr{i}_{a}[_oa] = {a}")
+            out.add(f"        _sv{i}_{a}[_oa] = {a}.copy()")
+        for v in scalars:
+            out.add(f"    _ss{i}_{v}[_oa] = {v}")
+        if not arrays and not scalars:
+            out.add("    pass")
+        out.add("elif _op == 2:  # ADVANCE through steps _oa .. _ob - 1")
+        out.indent += 1
+        out.add(f"for _a{i} in range(_oa, _ob):")
+        out.indent += 1
+        out.add(f"{s.var} = {s.start.src()} + _a{i} * {s.step.src()}")
+        self.plain, self.fusing, fusing = True, True, self.fusing
+        try:
+            self.block_fwd(s.body, out, False)
+        finally:
+            self.plain, self.fusing = False, fusing
+        out.indent -= 2
+        out.add("else:           # TURN step _oa: its forward, saving, then its reverse")
+        out.indent += 1
+        out.add(f"{s.var} = {s.start.src()} + _oa * {s.step.src()}")
+        innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))
+        if innermost:
+            for key, count in sorted(self.count_pushes(s.body).items()):
+                out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {count})")
+        self.block_fwd(s.body, out, innermost)
+        # The adjoints of the arrays the step binds afresh (swap temporaries, new arrays) were
+        # last looked up for the bindings some other op left: look them up again for this
+        # step's, the state's adjoints first (they hold what later steps accumulated).
+        rebound = self.plan.rebound or {}
+        assigned = {x.target for x in ir.walk(s.body) if isinstance(x, ir.Assign)}
+        done = []
+        for v in sorted(rebound):
+            if v in arrays or v not in assigned or v not in self.plan.active \
+                    or v in self.forwarded:
+                continue
+            others = [m for m in arrays if m in rebound[v]] + [m for m in done if m in rebound[v]]
+            out.add(self.adjoint_lookup(v, tuple(others)))
+            done.append(v)
+        self.recompute(s, out)
+        self.block_rev(s.body, out)
+        out.indent -= 1
+        out.local.pop()
+        out.indent -= 1
+        if id(s) in self.plan.pushes:
+            self.pop(out, s.var, self.pushed_type(s))
+
     def nested(self, stmts, out, reserved):
         out.indent += 1
         n = len(out.lines)
@@ -634,6 +801,9 @@ class _Gen:
                        for c in ("n", "w")}
         synthesized |= set(self.kept.values()) | {f"_l{n}" for n in self.rule_sites.values()}
         synthesized |= {f"_lr_{v}" for v in self.types}
+        for x in ir.walk(fn.body):          # a checkpointed loop's state at entry (slot 0)
+            if isinstance(x, ir.For) and x.snapshots is not None:
+                synthesized |= {f"_c{c}{x.id}_{v}" for v in self.types for c in "rv"}
         primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
         residuals = sorted(v for v in reads if v in primal)
         residuals += [x for k in sorted(self.tapes) for x in (f"_tape_{k}", f"_k_{k}")]
@@ -1011,6 +1181,8 @@ class _Gen:
             if any(id(x) in plan.reverse_relevant for x in s.orelse):
                 out.add("else:")
                 self.nested_rev(s.orelse, out)
+        elif isinstance(s, ir.For) and s.snapshots is not None:
+            self.checkpointed_rev(s, out)
         elif isinstance(s, ir.For):
             j, n = f"_j{s.id}", f"_n{s.id}"
             for name in [n] + [a.id for a in (s.start, s.step) if isinstance(a, ir.Name)]:

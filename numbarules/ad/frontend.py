@@ -355,6 +355,9 @@ class _Normalizer:
     def s_For(self, s):
         line = self.src.line(s)
         it = s.iter
+        snapshots = self.checkpoint_marker(s)
+        if snapshots is not None:
+            it = it.args[0]
         loop_fn = _dotted(it.func) if isinstance(it, ast.Call) else None
         if not (loop_fn is not None and loop_fn.split(".")[0] not in self.locals
                 and self.resolve_dotted(it, loop_fn) in (range, numba.prange)
@@ -376,11 +379,21 @@ class _Normalizer:
         has_return = self.ret_flag is not None and any(isinstance(n, ast.Return) for n in ast.walk(s))
         loop = _Loop(ident, f"_brk{ident}" if has_break else None,
                      f"_cnt{ident}" if _contains(s, ast.Continue, top=True) else None)
+        if snapshots is not None:
+            if has_break or has_return:
+                raise self.src.error(s, "break or return inside a checkpointed loop",
+                                     "Hint: the reverse schedule replays whole steps; compute a "
+                                     "flag and skip the step's work instead.")
+            if self.loops:
+                raise self.src.error(s, "a checkpointed loop inside another loop",
+                                     "Hint: checkpoint the outer (time) loop.")
+            snapshots = self.pin(self.expr(snapshots), line)
         self.loops.append(loop)
         try:
             if not (has_break or has_return):
                 body = self.loop_prologue(loop, line) + list(self.sub_block(s.body))
-                self.out.append(ir.For(s.target.id, start, stop, step, tuple(body), line, ident))
+                self.out.append(ir.For(s.target.id, start, stop, step, tuple(body), line, ident,
+                                       snapshots))
                 return
             # A loop that can stop early: count with an explicit variable so the reverse pass can
             # replay exactly the iterations that ran.
@@ -405,6 +418,23 @@ class _Normalizer:
             self.out.append(ir.While(tuple(cond), test, tuple(body), line, ident))
         finally:
             self.loops.pop()
+
+    def checkpoint_marker(self, s):
+        """For ``for t in nr.checkpointed(range(...), snapshots=k)``: the expression k (16 when
+        left out), else None."""
+        it = s.iter
+        name = _dotted(it.func) if isinstance(it, ast.Call) else None
+        if name is None or name.split(".")[0] in self.locals:
+            return None
+        from ..checkpoint import checkpointed
+        if self.resolve_dotted(it, name) is not checkpointed:
+            return None
+        args = list(it.args) + [k.value for k in it.keywords if k.arg == "snapshots"]
+        if len(it.args) not in (1, 2) or len(args) > 2 or any(
+                k.arg != "snapshots" for k in it.keywords):
+            raise self.src.error(s, "nr.checkpointed with other arguments than (range(...), "
+                                    "snapshots=k)", "")
+        return args[1] if len(args) == 2 else ast.Constant(16)
 
     def s_While(self, s):
         line = self.src.line(s)
@@ -883,6 +913,7 @@ def _rename(s, names):
                                    orelse=tuple(_rename(x, names) for x in s.orelse))
     if isinstance(s, ir.For):
         return dataclasses.replace(s, start=atom(s.start), stop=atom(s.stop), step=atom(s.step),
+                                   snapshots=None if s.snapshots is None else atom(s.snapshots),
                                    body=tuple(_rename(x, names) for x in s.body))
     if isinstance(s, ir.While):
         return dataclasses.replace(s, test=atom(s.test),

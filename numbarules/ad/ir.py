@@ -175,6 +175,7 @@ class For:
     body: Tuple
     line: int = 0
     id: int = 0
+    snapshots: Any = None   # nr.checkpointed(range(...), snapshots=k): the atom k (revolve.py)
 
 
 @dataclass(frozen=True)

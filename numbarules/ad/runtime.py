@@ -14,6 +14,7 @@ from numba import types
 from numba.extending import overload
 
 from .. import numba_glue
+from .revolve import _schedule
 
 
 @numba.njit(inline="always")
@@ -99,7 +100,15 @@ def no_value(message, fire):
     return 0.0
 
 
-HELPERS = {"_List": numba.typed.List, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
+@numba.njit
+def _copy_into(a, src):
+    """Write ``src``'s elements into ``a`` (same shape): a checkpointed loop's LOAD."""
+    flat, other = a.flat, src.flat
+    for i in range(a.size):
+        flat[i] = other[i]
+
+
+HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_schedule": _schedule, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
            "_trip": _trip, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
            "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_np": np}
 

@@ -1,0 +1,273 @@
+"""nr.checkpointed: time loops reversed on a binomial schedule (numbarules/ad/revolve.py).
+
+Each formulation is checked three ways: against the same function with a plain range (the
+gradients agree to rounding), against central finite differences, and through nr.pullback.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import numbarules as nr
+from numbarules.ad import revolve
+from numbarules.testing import check_grad
+
+
+def _simulate(rows, n, snaps):
+    """Run a schedule on a symbolic state (the step number it holds): every step turned once,
+    in reverse order, from its own state; no slot past ``snaps``."""
+    slots, state, turned, advanced = {0: 0}, None, [], 0
+    for op, a, b in rows:
+        if op == revolve.LOAD:
+            state = slots[a]
+        elif op == revolve.SAVE:
+            assert 1 <= a <= snaps
+            slots[a] = state
+        elif op == revolve.ADVANCE:
+            assert state == a
+            advanced += b - a
+            state = b
+        else:
+            assert state == a
+            turned.append(a)
+            state = None
+    assert turned == list(range(n - 1, -1, -1))
+    return advanced
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 64, 500])
+@pytest.mark.parametrize("snaps", [0, 1, 2, 5, 30])
+def test_the_schedule_reverses_every_step_once_within_its_slots(n, snaps):
+    advanced = _simulate(revolve._schedule(n, snaps), n, snaps)
+    if snaps >= 1 and n > 1:
+        # binomial: r recomputations per step where C(snaps + r, snaps) >= n
+        r = 0
+        while revolve._beta(snaps, r) < n:
+            r += 1
+        assert advanced <= r * n
+
+
+# --- the formulations -------------------------------------------------------------------------
+
+def _swap(u0, k, steps, snaps):
+    u = u0.copy()
+    v = np.empty_like(u)
+    n = u.shape[0]
+    for t in nr.checkpointed(range(steps), snapshots=snaps):
+        for i in range(1, n - 1):
+            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) + 0.1 * u[i] * (1.0 - u[i])
+        v[0] = u[0]
+        v[n - 1] = u[n - 1]
+        u, v = v, u
+    return np.sum(u * u)
+
+
+def _swap_plain(u0, k, steps, snaps):
+    u = u0.copy()
+    v = np.empty_like(u)
+    n = u.shape[0]
+    for t in range(steps):
+        for i in range(1, n - 1):
+            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) + 0.1 * u[i] * (1.0 - u[i])
+        v[0] = u[0]
+        v[n - 1] = u[n - 1]
+        u, v = v, u
+    return np.sum(u * u)
+
+
+def _rebind(u0, k, steps, snaps):
+    # whole-array expressions, a view-based Laplacian, the name rebound to a new array
+    u = u0.copy()
+    for t in nr.checkpointed(range(steps), snaps):
+        lap = np.zeros_like(u)
+        lap[1:-1] = u[:-2] - 2.0 * u[1:-1] + u[2:]
+        u = u + k * lap + 0.05 * np.tanh(u)
+    return np.sum(u * u) + u[0]
+
+
+def _rebind_plain(u0, k, steps, snaps):
+    u = u0.copy()
+    for t in range(steps):
+        lap = np.zeros_like(u)
+        lap[1:-1] = u[:-2] - 2.0 * u[1:-1] + u[2:]
+        u = u + k * lap + 0.05 * np.tanh(u)
+    return np.sum(u * u) + u[0]
+
+
+def _scalars(x0, v0, dt, steps, snaps):
+    # an oscillator with a loop-carried energy sum and a counter
+    x = x0
+    v = v0
+    e = 0.0
+    m = 0
+    for t in nr.checkpointed(range(steps), snapshots=snaps):
+        a = -math.sin(x)
+        v = v + dt * a
+        x = x + dt * v
+        e += 0.5 * v * v + (1.0 - math.cos(x))
+        m += 1
+    return e / (m + 1) + x
+
+
+def _scalars_plain(x0, v0, dt, steps, snaps):
+    x = x0
+    v = v0
+    e = 0.0
+    m = 0
+    for t in range(steps):
+        a = -math.sin(x)
+        v = v + dt * a
+        x = x + dt * v
+        e += 0.5 * v * v + (1.0 - math.cos(x))
+        m += 1
+    return e / (m + 1) + x
+
+
+def _nbody(x0, p0, dt, steps, snaps):
+    # leapfrog with in-place updates of positions and momenta (elements overwritten each step)
+    x = x0.copy()
+    p = p0.copy()
+    n = x.shape[0]
+    for t in nr.checkpointed(range(steps), snapshots=snaps):
+        for i in range(n):
+            f = 0.0
+            for j in range(n):
+                if j != i:
+                    d = x[j] - x[i]
+                    f += d / (d * d + 0.1) ** 1.5
+            p[i] += dt * f
+        for i in range(n):
+            x[i] += dt * p[i]
+    return np.sum(x * x) + np.sum(p)
+
+
+def _nbody_plain(x0, p0, dt, steps, snaps):
+    x = x0.copy()
+    p = p0.copy()
+    n = x.shape[0]
+    for t in range(steps):
+        for i in range(n):
+            f = 0.0
+            for j in range(n):
+                if j != i:
+                    d = x[j] - x[i]
+                    f += d / (d * d + 0.1) ** 1.5
+            p[i] += dt * f
+        for i in range(n):
+            x[i] += dt * p[i]
+    return np.sum(x * x) + np.sum(p)
+
+
+def _history(u0, k, steps, snaps):
+    # a history array written row by row: the state is the whole history
+    n = u0.shape[0]
+    U = np.zeros((steps + 1, n))
+    U[0] = u0
+    for t in nr.checkpointed(range(steps), snapshots=snaps):
+        for i in range(n):
+            U[t + 1, i] = U[t, i] + k * math.sin(U[t, (i + 1) % n])
+    return np.sum(U * U)
+
+
+def _history_plain(u0, k, steps, snaps):
+    n = u0.shape[0]
+    U = np.zeros((steps + 1, n))
+    U[0] = u0
+    for t in range(steps):
+        for i in range(n):
+            U[t + 1, i] = U[t, i] + k * math.sin(U[t, (i + 1) % n])
+    return np.sum(U * U)
+
+
+def _in_a_branch(u0, k, steps, snaps):
+    s = 0.0
+    u = u0.copy()
+    if k > 0.0:
+        for t in nr.checkpointed(range(steps), snapshots=snaps):
+            u = u * (1.0 - k) + k * u[::-1]
+            s += u[0] * u[1]
+    return s + np.sum(u)
+
+
+def _in_a_branch_plain(u0, k, steps, snaps):
+    s = 0.0
+    u = u0.copy()
+    if k > 0.0:
+        for t in range(steps):
+            u = u * (1.0 - k) + k * u[::-1]
+            s += u[0] * u[1]
+    return s + np.sum(u)
+
+
+_U0 = np.linspace(0.1, 0.9, 7)
+_CASES = [
+    (_swap, _swap_plain, (_U0, 0.2), (0, 1)),
+    (_rebind, _rebind_plain, (_U0, 0.2), (0, 1)),
+    (_scalars, _scalars_plain, (0.4, -0.3, 0.1), (0, 1, 2)),
+    (_nbody, _nbody_plain, (np.array([0.0, 0.7, -0.9, 1.6]), np.array([0.1, -0.2, 0.0, 0.3]), 0.05),
+     (0, 1, 2)),
+    (_history, _history_plain, (_U0, 0.3), (0, 1)),
+    (_in_a_branch, _in_a_branch_plain, (_U0, 0.3), (0, 1)),
+]
+
+
+@pytest.mark.parametrize("f, plain, args, argnums", _CASES,
+                         ids=[c[0].__name__.strip("_") for c in _CASES])
+def test_checkpointed_loops_give_the_plain_loops_gradient(f, plain, args, argnums):
+    for steps, snaps in ((9, 2), (9, 0), (1, 3), (0, 3), (13, 20)):
+        a = args + (steps, snaps)
+        want = nr.grad(plain, argnums=argnums)(*a)
+        got = nr.grad(f, argnums=argnums)(*a)
+        y, pb = nr.pullback(f, *a)
+        assert y == pytest.approx(plain(*a), rel=1e-12)
+        again = pb(1.0)
+        for g, p, w in zip(got, again, want):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-13)
+            np.testing.assert_allclose(p, w, rtol=1e-10, atol=1e-13)
+        twice = pb(2.0)         # a second call replays the forward (the reverse loads states)
+        for p, w in zip(twice, want):
+            np.testing.assert_allclose(p, 2.0 * np.asarray(w), rtol=1e-10, atol=1e-13)
+    check_grad(f, *(args + (9, 2)), argnums=argnums)
+
+
+def test_a_checkpointed_loop_runs_as_the_range_outside_gradients():
+    import numba
+    a = (_U0, 0.2, 9, 2)
+    assert _swap(*a) == _swap_plain(*a)
+    assert numba.njit(_swap)(*a) == pytest.approx(_swap_plain(*a), rel=1e-14)
+    with pytest.raises(TypeError, match="takes a range"):
+        nr.checkpointed([1, 2, 3])
+
+
+def _early_exit(u0, steps):
+    u = u0.copy()
+    for t in nr.checkpointed(range(steps), snapshots=4):
+        if u[0] > 10.0:
+            break
+        u = u * 1.1
+    return np.sum(u)
+
+
+def _nested(u0, steps):
+    u = u0.copy()
+    for s in range(2):
+        for t in nr.checkpointed(range(steps), snapshots=4):
+            u = u * 1.1
+    return np.sum(u)
+
+
+def _tuple_state(u0, steps):
+    p = (u0[0], u0[1])
+    for t in nr.checkpointed(range(steps), snapshots=4):
+        p = (p[1], p[0] * 0.5)
+    return p[0] + p[1]
+
+
+def test_what_a_checkpointed_loop_refuses_is_named():
+    with pytest.raises(nr.UnsupportedSyntaxError, match="break or return inside a checkpointed"):
+        nr.grad(_early_exit)(_U0, 5)
+    with pytest.raises(nr.UnsupportedSyntaxError, match="checkpointed loop inside another loop"):
+        nr.grad(_nested)(_U0, 5)
+    with pytest.raises(nr.UnsupportedSyntaxError, match="carried from one step of a checkpointed"):
+        nr.grad(_tuple_state)(_U0, 5)
