@@ -8,12 +8,15 @@ field and k), in the three ways a Numba user writes it:
 - ``copy``: ``v = u.copy()`` each step, then the element loop writes ``u``;
 - ``slices``: whole-array expressions on slices, ``u = u + ...`` rebinding ``u`` each step.
 
-Also reported: the tape and residual bytes of the gradient (``nr.ad_stats``).
+Also reported: the tape and residual bytes of the gradient (``nr.ad_stats``), and the swap form
+at 2,000 steps under ``nr.checkpointed`` against its taped gradient (time, peak memory). Target:
+peak <= 10% of the taped one, time <= 2.5x.
 
 Run: python perf/bench_sim.py [--quick]
 """
 
 import argparse
+import ctypes
 import os
 import time
 
@@ -66,6 +69,65 @@ def rd_slices(u0, k, steps):
     return np.sum(u * u)
 
 
+def rd_swap_checkpointed(u0, k, steps, snapshots):
+    n = u0.shape[0]
+    u = u0.copy()
+    v = np.zeros_like(u0)
+    for t in nr.checkpointed(range(steps), snapshots=snapshots):
+        for i in range(1, n - 1):
+            for j in range(1, n - 1):
+                lap = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j]
+                v[i, j] = u[i, j] + k * lap + 0.1 * u[i, j] * (1.0 - u[i, j])
+        u, v = v, u
+    s = 0.0
+    for i in range(n):
+        for j in range(n):
+            s += u[i, j] * u[i, j]
+    return s
+
+
+def _status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise OSError(field)
+
+
+def peak_bytes(f, *args):
+    """Bytes the process's resident memory rose to above where it was, while ``f(*args)`` ran
+    (Linux: the peak is reset through /proc/self/clear_refs). Measures the tape and the
+    snapshots the gradient touches, whatever allocates them (NumPy, Numba's runtime)."""
+    # freed memory that malloc keeps resident would hide new allocations: give it back first
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as c:
+        c.write("5")
+    before = _status("VmRSS")
+    f(*args)
+    return _status("VmHWM") - before
+
+
+def checkpointing(n, steps, snaps):
+    """The swap form with and without nr.checkpointed: gradient time and peak memory."""
+    u0 = np.random.default_rng(0).random((n, n)) * 0.5
+    print(f"\ncheckpointing: reaction-diffusion {n}x{n}, {steps} steps (swap form); peak memory "
+          f"above the resting process while the gradient runs")
+    print(f"{'schedule':<22} {'nr.grad':>10} {'vs tape':>8} {'peak MB':>8} {'vs tape':>8}")
+    g = nr.grad(rd_swap, argnums=(0, 1))
+    g(u0, 0.1, 3)
+    t_tape = best(g, u0, 0.1, steps, repeat=3)
+    m_tape = max(peak_bytes(g, u0, 0.1, steps) for _ in range(2))
+    print(f"{'tape (range)':<22} {t_tape * 1e3:>8.1f}ms {1.0:>7.2f}x {m_tape / 1e6:>8.1f} "
+          f"{1.0:>7.2f}x")
+    gc = nr.grad(rd_swap_checkpointed, argnums=(0, 1))
+    gc(u0, 0.1, 3, 2)
+    for k in snaps:
+        t = best(gc, u0, 0.1, steps, k, repeat=3)
+        m = max(peak_bytes(gc, u0, 0.1, steps, k) for _ in range(2))
+        print(f"{f'checkpointed, {k} slots':<22} {t * 1e3:>8.1f}ms {t / t_tape:>7.2f}x "
+              f"{m / 1e6:>8.1f} {m / m_tape:>7.2f}x")
+
+
 def best(f, *args, repeat=5):
     f(*args)
     ts = []
@@ -96,6 +158,10 @@ def main():
         st = nr.ad_stats(f, u0, 0.1, steps, argnums=(0, 1))
         print(f"{f.__name__[3:]:<10} {tp * 1e3:>10.1f}ms {tg * 1e3:>8.1f}ms {tg / tp:>6.1f}x "
               f"{first:>10.1f}s {st['tape_bytes'] / 1e6:>8.1f} {st['residual_bytes'] / 1e6:>12.1f}")
+    if a.quick:
+        checkpointing(64, 400, (10, 40))
+    else:
+        checkpointing(64, 2000, (20, 100))
 
 
 if __name__ == "__main__":

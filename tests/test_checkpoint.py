@@ -271,3 +271,34 @@ def test_what_a_checkpointed_loop_refuses_is_named():
         nr.grad(_nested)(_U0, 5)
     with pytest.raises(nr.UnsupportedSyntaxError, match="carried from one step of a checkpointed"):
         nr.grad(_tuple_state)(_U0, 5)
+
+
+def _peak_bytes(f, *args):
+    """How far resident memory rose above its level while ``f(*args)`` ran (Linux)."""
+    import ctypes
+
+    def status(field):
+        with open("/proc/self/status") as s:
+            return next(int(line.split()[1]) * 1024 for line in s if line.startswith(field))
+    ctypes.CDLL("libc.so.6").malloc_trim(0)     # freed memory kept resident would hide growth
+    with open("/proc/self/clear_refs", "w") as c:
+        c.write("5")                             # resets VmHWM to the current VmRSS
+    before = status("VmRSS")
+    f(*args)
+    return status("VmHWM") - before
+
+
+def test_doubling_the_steps_does_not_double_the_peak_memory():
+    u0 = np.linspace(0.1, 0.9, 8192)             # a 64 KB state
+    taped = nr.grad(_swap_plain, argnums=(0, 1))
+    ckpt = nr.grad(_swap, argnums=(0, 1))
+    taped(u0, 0.2, 3, 8)
+    ckpt(u0, 0.2, 3, 8)
+    t1, t2 = (min(_peak_bytes(taped, u0, 0.2, n, 8) for _ in range(2)) for n in (200, 400))
+    c1, c2 = (min(_peak_bytes(ckpt, u0, 0.2, n, 8) for _ in range(2)) for n in (200, 400))
+    # the measurement sees the tape: 64 KB a step
+    assert t2 - t1 > 200 * 65536 * 0.8, (t1, t2)
+    # checkpointed: 9 states and one step's tape, whatever the steps
+    assert c2 - c1 < 200 * 65536 * 0.05, (c1, c2)
+    assert c2 < 0.1 * t2, (c2, t2)
+    np.testing.assert_allclose(ckpt(u0, 0.2, 400, 8)[0], taped(u0, 0.2, 400, 8)[0], rtol=1e-9)

@@ -630,8 +630,10 @@ class _Gen:
                 if isinstance(x, ir.Assign):
                     defined.add(x.target)
                 elif isinstance(x, ir.If):
-                    visit(x.body, set(defined))
-                    visit(x.orelse, set(defined))
+                    a, b = set(defined), set(defined)
+                    visit(x.body, a)
+                    visit(x.orelse, b)
+                    defined |= a & b            # set on both paths
                 elif isinstance(x, ir.For):
                     visit(x.body, defined | {x.var})
                 elif isinstance(x, ir.While):
@@ -640,6 +642,21 @@ class _Gen:
                     visit(x.body, inner)
 
         visit(loop.body, {loop.var})
+        before = set(self.fn.params)
+        for x in ir.walk(self.fn.body):
+            if x is loop:
+                break
+            if isinstance(x, ir.Assign):
+                before.add(x.target)
+            elif isinstance(x, ir.For):
+                before.add(x.var)
+        for n in exposed:
+            if n not in before and n in assigned:
+                raise UnsupportedSyntaxError(
+                    f"'{n}', which a step of a checkpointed loop may read before setting it, and "
+                    f"which is not set before the loop\n{where_in(self.fn, loop.line)}\n"
+                    f"Hint: set it before the loop (or on every path of the step before reading "
+                    f"it).")
         arrays, scalars = [], []
         for n in exposed:
             t = self.types.get(n)

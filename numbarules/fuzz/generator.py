@@ -62,7 +62,7 @@ FEATURES = {
     "timeloops": "time-stepping loops: arrays rebound in a loop (u, v = v, u; u = u_new; "
                  "w = u.copy(); u = u + c * u * (1.0 - u)), whole-array expressions, stencils "
                  "on slices and views of the rebound array inside the loop, arrays bound in "
-                 "branches",
+                 "branches; some marked nr.checkpointed (0-3 snapshots)",
     "layouts": "array arguments Fortran-ordered, transposed, strided and reversed",
     "refusals": "constructs the README lists as refused (must be refused cleanly or "
                 "differentiated right)",
@@ -1455,7 +1455,15 @@ class Generator:
         elif form == "rotate":
             self.emit(ctx, f"{w} = {u} * 0.5")
             self.emit(ctx, f"{b} = np.zeros({n})")
-        self.emit(ctx, f"for {it} in range({steps}):")
+        if self.chance(0.3):
+            # reversed on a binomial schedule instead of a tape (revolve.py): more steps, few
+            # snapshots, so that advances, saves and loads all happen
+            self.use("time loop: checkpointed")
+            steps = steps + self.r.randint(0, 4)
+            self.emit(ctx, f"for {it} in nr.checkpointed(range({steps}), "
+                           f"snapshots={self.r.randint(0, 3)}):")
+        else:
+            self.emit(ctx, f"for {it} in range({steps}):")
         if form == "copy":             # w = u.copy(); u[i] = f(w[i-1], w[i], w[i+1])
             self.emit(c1, f"{w} = {u}.copy()")
             self.emit(c1, f"for {i} in range(1, {n - 1}):")
