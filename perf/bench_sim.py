@@ -17,6 +17,7 @@ Run: python perf/bench_sim.py [--quick]
 
 import argparse
 import ctypes
+import math
 import os
 import time
 
@@ -84,6 +85,124 @@ def rd_swap_checkpointed(u0, k, steps, snapshots):
         for j in range(n):
             s += u[i, j] * u[i, j]
     return s
+
+
+def nbody(x0, p0, dt, steps):
+    """Leapfrog for n bodies in 3-D with softened gravity, in place: the loop-carried state is
+    the positions and momenta, updated element by element (the issue's 64 bodies, 500 steps)."""
+    x = x0.copy()
+    p = p0.copy()
+    n = x.shape[0]
+    f = np.zeros_like(x0)
+    for t in range(steps):
+        for i in range(n):
+            for k in range(3):
+                f[i, k] = 0.0
+        for i in range(n):
+            for j in range(n):
+                if j != i:
+                    dx = x[j, 0] - x[i, 0]
+                    dy = x[j, 1] - x[i, 1]
+                    dz = x[j, 2] - x[i, 2]
+                    r2 = dx * dx + dy * dy + dz * dz + 0.01
+                    w = 1.0 / (r2 * math.sqrt(r2))
+                    f[i, 0] += dx * w
+                    f[i, 1] += dy * w
+                    f[i, 2] += dz * w
+        for i in range(n):
+            for k in range(3):
+                p[i, k] += dt * f[i, k]
+                x[i, k] += dt * p[i, k]
+    s = 0.0
+    for i in range(n):
+        for k in range(3):
+            s += x[i, k] * x[i, k]
+    return s
+
+
+def nbody_checkpointed(x0, p0, dt, steps, snapshots):
+    x = x0.copy()
+    p = p0.copy()
+    n = x.shape[0]
+    f = np.zeros_like(x0)
+    for t in nr.checkpointed(range(steps), snapshots=snapshots):
+        for i in range(n):
+            for k in range(3):
+                f[i, k] = 0.0
+        for i in range(n):
+            for j in range(n):
+                if j != i:
+                    dx = x[j, 0] - x[i, 0]
+                    dy = x[j, 1] - x[i, 1]
+                    dz = x[j, 2] - x[i, 2]
+                    r2 = dx * dx + dy * dy + dz * dz + 0.01
+                    w = 1.0 / (r2 * math.sqrt(r2))
+                    f[i, 0] += dx * w
+                    f[i, 1] += dy * w
+                    f[i, 2] += dz * w
+        for i in range(n):
+            for k in range(3):
+                p[i, k] += dt * f[i, k]
+                x[i, k] += dt * p[i, k]
+    s = 0.0
+    for i in range(n):
+        for k in range(3):
+            s += x[i, k] * x[i, k]
+    return s
+
+
+def wave(u0, c, steps):
+    """A 1-D wave equation, three time levels rotated each step (the third workload)."""
+    n = u0.shape[0]
+    prev = u0.copy()
+    cur = u0.copy()
+    nxt = np.zeros_like(u0)
+    for t in range(steps):
+        for i in range(1, n - 1):
+            nxt[i] = 2.0 * cur[i] - prev[i] + c * (cur[i - 1] - 2.0 * cur[i] + cur[i + 1])
+        prev, cur, nxt = cur, nxt, prev
+    s = 0.0
+    for i in range(n):
+        s += cur[i] * cur[i]
+    return s
+
+
+def wave_checkpointed(u0, c, steps, snapshots):
+    n = u0.shape[0]
+    prev = u0.copy()
+    cur = u0.copy()
+    nxt = np.zeros_like(u0)
+    for t in nr.checkpointed(range(steps), snapshots=snapshots):
+        for i in range(1, n - 1):
+            nxt[i] = 2.0 * cur[i] - prev[i] + c * (cur[i - 1] - 2.0 * cur[i] + cur[i + 1])
+        prev, cur, nxt = cur, nxt, prev
+    s = 0.0
+    for i in range(n):
+        s += cur[i] * cur[i]
+    return s
+
+
+def workloads(quick):
+    """N-body and the wave equation: primal, taped and checkpointed gradients, peak memory."""
+    rng = np.random.default_rng(1)
+    nb = 16 if quick else 64
+    x0, p0 = rng.standard_normal((nb, 3)), 0.1 * rng.standard_normal((nb, 3))
+    u0 = np.sin(np.linspace(0.0, np.pi, 1024)) * np.exp(-np.linspace(-3, 3, 1024) ** 2)
+    cases = [(f"N-body, {nb} bodies, {100 if quick else 500} steps", nbody, nbody_checkpointed,
+              (x0, p0, 0.001, 100 if quick else 500)),
+             (f"1-D wave, 1024 points, {500 if quick else 2000} steps", wave, wave_checkpointed,
+              (u0, 0.25, 500 if quick else 2000))]
+    print(f"\n{'workload':<32} {'njit primal':>12} {'taped':>9} {'ratio':>6} {'peak MB':>8} "
+          f"{'checkpointed (20)':>18} {'ratio':>6} {'peak MB':>8}")
+    for name, f, fc, args in cases:
+        tp = best(numba.njit(f), *args)
+        g, gc = nr.grad(f, argnums=(0, 1)), nr.grad(fc, argnums=(0, 1))
+        tg = best(g, *args, repeat=3)
+        mg = max(peak_bytes(g, *args) for _ in range(2))
+        tc = best(gc, *args, 20, repeat=3)
+        mc = max(peak_bytes(gc, *args, 20) for _ in range(2))
+        print(f"{name:<32} {tp * 1e3:>10.2f}ms {tg * 1e3:>7.1f}ms {tg / tp:>5.1f}x "
+              f"{mg / 1e6:>8.1f} {tc * 1e3:>16.1f}ms {tc / tp:>5.1f}x {mc / 1e6:>8.1f}")
 
 
 def _status(field):
@@ -162,6 +281,7 @@ def main():
         checkpointing(64, 400, (10, 40))
     else:
         checkpointing(64, 2000, (20, 100))
+    workloads(a.quick)
 
 
 if __name__ == "__main__":
