@@ -28,6 +28,7 @@ JOBS = int(os.environ.get("NUMBARULES_FUZZ_JOBS", str(min(2, os.cpu_count() or 1
 # --- the generator ------------------------------------------------------------------------------
 
 CONSTRUCTS = {
+    "time loop: checkpointed": 10,
     "value from an inner loop read after it": 7, "row write h[t] = x[t]": 6,
     "tuple indexed by a loop variable": 19, "view returned by a helper": 24,
     "array swap a, b = b, a in a loop": 10, "constant condition": 16, "0.0 / x": 15,
@@ -39,7 +40,7 @@ CONSTRUCTS = {
     "unpacking a tuple argument": 14, "view .T": 5, "view reshape": 3, "view ravel": 1, "time loop: swap": 5, "time loop: stencil": 4, "time loop: window": 2, "time loop: slices": 3,
     "time loop: target": 2, "time loop: scratch": 3, "slice stored from an overlapping view": 4,
     "view slice x[a:b]": 6, "row read A[i, :]": 4, "@ matvec": 2, "np.sum(axis=0)": 2,
-    "np.where": 2, "np.maximum": 2, "loop over an argument array": 3, "element write": 13,
+    "np.where": 1, "np.maximum": 2, "loop over an argument array": 3, "element write": 13,
     "local 2-D array": 3, "scalar swap a, b = b, a": 14, "math": 19, "min/max": 9, "abs": 4,
     "power": 14, "division": 11, "conditional expression": 4, "and/or/not": 10, "elif": 11,
 }

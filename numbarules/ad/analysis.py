@@ -787,8 +787,13 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
                 if v in result_reads:
                     pending = pending | {v}
             elif isinstance(s, ir.Store):
-                pending = pending | {a.id for a in (s.value, *ir.index_atoms(s.index))
+                # The store's reverse reads its indices, and the shape of an array value (a
+                # slice store's _ub); never a number stored into an element: an accumulation
+                # temporary (_t31 = f[i, 0] + g; f[i, 0] = _t31) needs no save per iteration.
+                pending = pending | {a.id for a in ir.index_atoms(s.index)
                                      if isinstance(a, ir.Name)}
+                if isinstance(s.value, ir.Name) and not scalar(s.value.id):
+                    pending = pending | {s.value.id}
             elif isinstance(s, ir.If):
                 if isinstance(s.test, ir.Name) and s.test.id in tests:
                     pending = pending | {s.test.id}
