@@ -17,8 +17,12 @@ Run: python perf/bench_sim.py [--quick]
 
 import argparse
 import ctypes
+import importlib
+import inspect
 import math
 import os
+import sys
+import tempfile
 import time
 
 if __name__ == "__main__":
@@ -70,23 +74,6 @@ def rd_slices(u0, k, steps):
     return np.sum(u * u)
 
 
-def rd_swap_checkpointed(u0, k, steps, snapshots):
-    n = u0.shape[0]
-    u = u0.copy()
-    v = np.zeros_like(u0)
-    for t in nr.checkpointed(range(steps), snapshots=snapshots):
-        for i in range(1, n - 1):
-            for j in range(1, n - 1):
-                lap = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j]
-                v[i, j] = u[i, j] + k * lap + 0.1 * u[i, j] * (1.0 - u[i, j])
-        u, v = v, u
-    s = 0.0
-    for i in range(n):
-        for j in range(n):
-            s += u[i, j] * u[i, j]
-    return s
-
-
 def nbody(x0, p0, dt, steps):
     """Leapfrog for n bodies in 3-D with softened gravity, in place: the loop-carried state is
     the positions and momenta, updated element by element (the issue's 64 bodies, 500 steps)."""
@@ -95,37 +82,6 @@ def nbody(x0, p0, dt, steps):
     n = x.shape[0]
     f = np.zeros_like(x0)
     for t in range(steps):
-        for i in range(n):
-            for k in range(3):
-                f[i, k] = 0.0
-        for i in range(n):
-            for j in range(n):
-                if j != i:
-                    dx = x[j, 0] - x[i, 0]
-                    dy = x[j, 1] - x[i, 1]
-                    dz = x[j, 2] - x[i, 2]
-                    r2 = dx * dx + dy * dy + dz * dz + 0.01
-                    w = 1.0 / (r2 * math.sqrt(r2))
-                    f[i, 0] += dx * w
-                    f[i, 1] += dy * w
-                    f[i, 2] += dz * w
-        for i in range(n):
-            for k in range(3):
-                p[i, k] += dt * f[i, k]
-                x[i, k] += dt * p[i, k]
-    s = 0.0
-    for i in range(n):
-        for k in range(3):
-            s += x[i, k] * x[i, k]
-    return s
-
-
-def nbody_checkpointed(x0, p0, dt, steps, snapshots):
-    x = x0.copy()
-    p = p0.copy()
-    n = x.shape[0]
-    f = np.zeros_like(x0)
-    for t in nr.checkpointed(range(steps), snapshots=snapshots):
         for i in range(n):
             for k in range(3):
                 f[i, k] = 0.0
@@ -167,20 +123,6 @@ def wave(u0, c, steps):
     return s
 
 
-def wave_checkpointed(u0, c, steps, snapshots):
-    n = u0.shape[0]
-    prev = u0.copy()
-    cur = u0.copy()
-    nxt = np.zeros_like(u0)
-    for t in nr.checkpointed(range(steps), snapshots=snapshots):
-        for i in range(1, n - 1):
-            nxt[i] = 2.0 * cur[i] - prev[i] + c * (cur[i - 1] - 2.0 * cur[i] + cur[i + 1])
-        prev, cur, nxt = cur, nxt, prev
-    s = 0.0
-    for i in range(n):
-        s += cur[i] * cur[i]
-    return s
-
 
 def workloads(quick):
     """N-body and the wave equation: primal, taped and checkpointed gradients, peak memory."""
@@ -188,9 +130,9 @@ def workloads(quick):
     nb = 16 if quick else 64
     x0, p0 = rng.standard_normal((nb, 3)), 0.1 * rng.standard_normal((nb, 3))
     u0 = np.sin(np.linspace(0.0, np.pi, 1024)) * np.exp(-np.linspace(-3, 3, 1024) ** 2)
-    cases = [(f"N-body, {nb} bodies, {100 if quick else 500} steps", nbody, nbody_checkpointed,
+    cases = [(f"N-body, {nb} bodies, {100 if quick else 500} steps", nbody, checkpointed(nbody),
               (x0, p0, 0.001, 100 if quick else 500)),
-             (f"1-D wave, 1024 points, {500 if quick else 2000} steps", wave, wave_checkpointed,
+             (f"1-D wave, 1024 points, {500 if quick else 2000} steps", wave, checkpointed(wave),
               (u0, 0.25, 500 if quick else 2000))]
     print(f"\n{'workload':<32} {'njit primal':>12} {'taped':>9} {'ratio':>6} {'peak MB':>8} "
           f"{'checkpointed (20)':>18} {'ratio':>6} {'peak MB':>8}")
@@ -203,6 +145,22 @@ def workloads(quick):
         mc = max(peak_bytes(gc, *args, 20) for _ in range(2))
         print(f"{name:<32} {tp * 1e3:>10.2f}ms {tg * 1e3:>7.1f}ms {tg / tp:>5.1f}x "
               f"{mg / 1e6:>8.1f} {tc * 1e3:>16.1f}ms {tc / tp:>5.1f}x {mc / 1e6:>8.1f}")
+
+
+def checkpointed(f):
+    """``f`` with its time loop ``for t in range(steps):`` marked ``nr.checkpointed`` and a last
+    parameter ``snapshots``: the same source otherwise (numbarules reads functions from their
+    files, so the variant is written to a temporary module)."""
+    src = inspect.getsource(f)
+    name = f.__name__ + "_checkpointed"
+    src = src.replace(f"def {f.__name__}(", f"def {name}(", 1).replace(
+        ", steps):", ", steps, snapshots):", 1).replace(
+        "for t in range(steps):", "for t in nr.checkpointed(range(steps), snapshots=snapshots):")
+    folder = tempfile.mkdtemp(prefix="bench_sim_")
+    with open(os.path.join(folder, f"{name}.py"), "w") as out:
+        out.write("import math\nimport numpy as np\nimport numbarules as nr\n\n\n" + src)
+    sys.path.insert(0, folder)
+    return getattr(importlib.import_module(name), name)
 
 
 def _status(field):
@@ -238,7 +196,7 @@ def checkpointing(n, steps, snaps):
     m_tape = max(peak_bytes(g, u0, 0.1, steps) for _ in range(2))
     print(f"{'tape (range)':<22} {t_tape * 1e3:>8.1f}ms {1.0:>7.2f}x {m_tape / 1e6:>8.1f} "
           f"{1.0:>7.2f}x")
-    gc = nr.grad(rd_swap_checkpointed, argnums=(0, 1))
+    gc = nr.grad(checkpointed(rd_swap), argnums=(0, 1))
     gc(u0, 0.1, 3, 2)
     for k in snaps:
         t = best(gc, u0, 0.1, steps, k, repeat=3)

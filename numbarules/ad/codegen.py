@@ -8,6 +8,7 @@ after the adjoint of the statement that overwrote it; loops run backwards over t
 iteration the cheap statements the plan chose to recompute instead of saving.
 """
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -687,16 +688,19 @@ class _Gen:
             out.add(f"_cv{s.id}_{a} = {a}.copy()")
         for v in scalars:
             out.add(f"_cv{s.id}_{v} = {v}")
-        self.plain_loop(s, out, s.start.src(), s.stop.src(), s.step.src())
+        out.add(f"for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
+        with self.plainly():
+            self.nested(s.body, out, False)
         # the lists and tapes the pullback's steps use are made here (tape_inits): emit a step
         # with its saves once, into nothing, to declare them
         self.block_fwd(s.body, _Out(), False)
 
-    def plain_loop(self, s, out, start, stop, step):
-        out.add(f"for {s.var} in range({start}, {stop}, {step}):")
+    @contextlib.contextmanager
+    def plainly(self):
+        """Emit steps that save nothing (a checkpointed loop's forward and its advances)."""
         self.plain, self.fusing, fusing = True, True, self.fusing
         try:
-            self.nested(s.body, out, False)
+            yield
         finally:
             self.plain, self.fusing = False, fusing
 
@@ -753,11 +757,8 @@ class _Gen:
         out.add(f"for _a{i} in range(_oa, _ob):")
         out.indent += 1
         out.add(f"{s.var} = {s.start.src()} + _a{i} * {s.step.src()}")
-        self.plain, self.fusing, fusing = True, True, self.fusing
-        try:
+        with self.plainly():
             self.block_fwd(s.body, out, False)
-        finally:
-            self.plain, self.fusing = False, fusing
         out.indent -= 2
         out.add("else:           # TURN step _oa: its forward, saving, then its reverse")
         out.indent += 1
