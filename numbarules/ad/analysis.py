@@ -93,7 +93,8 @@ class Plan:
     calls: dict                # id() of call expression -> CallPlan (active calls only)
     needed: frozenset          # variable names whose primal values the reverse pass reads
     pushes: frozenset          # id() of statements before which the target's old value is saved
-    recompute: dict            # loop id -> tuple of statements re-executed in reverse
+    recompute: dict            # loop id, or branch_key(if, k) -> tuple of statements
+                               # re-executed at the start of its reverse iteration / branch
     alias_of: dict             # array variable -> representative of its alias class
     in_loop: frozenset         # id() of statements inside some loop
     reverse_relevant: frozenset  # id() of statements the reverse pass must visit
@@ -681,7 +682,74 @@ def _recomputable(body, sites, types, alias, distinct):
             outside = {n for x in everything if id(x) not in inside for n in stmt_reads(x)}
             out[s.id] = [x for x in _recomputable_in(s, sites, types, alias, distinct.get(id(s), frozenset()))
                          if x.target not in outside]
+            out.update(_branch_recomputes(s, out[s.id], everything, sites, types, alias,
+                                          distinct.get(id(s), frozenset())))
     return out
+
+
+def branch_key(s, k):
+    """The key of the statements the reverse of branch ``k`` (0: body, 1: orelse) of the If
+    ``s`` recomputes, in Plan.recompute."""
+    return ("if", id(s), k)
+
+
+def _branch_recomputes(loop, direct, everything, sites, types, alias, distinct):
+    """Branches of ``if`` statements in ``loop``'s body (not in a nested loop) -> the cheap
+    statements of the branch its reverse re-executes on entry, instead of saving the old value
+    of each target every iteration (the N-body pair loop's dx, r2, w under ``if j != i``).
+
+    A branch's statements cannot be re-executed at the start of the reverse iteration: the
+    branch may not have run (its indices out of bounds then). Re-executed at the start of the
+    branch's own reverse, a statement must be read only after it in the same branch (the
+    reverse of everything else runs before or without it), and read what the loop does not
+    change or what is itself re-executed before it."""
+    assigned, written = _loop_changes(loop, types, alias, distinct)
+    readers = {}
+    for x in everything:
+        for n in stmt_reads(x):
+            readers.setdefault(n, set()).add(id(x))
+    loop_var = loop.var if isinstance(loop, ir.For) else None
+    out = {}
+
+    def visit(block, ok):
+        for s in block:
+            if isinstance(s, ir.If):
+                for k, branch in enumerate((s.body, s.orelse)):
+                    chosen = branch_statements(branch, set(ok))
+                    if chosen:
+                        out[branch_key(s, k)] = chosen
+
+    def branch_statements(branch, ok):
+        chosen = []
+        for k, s in enumerate(branch):
+            if isinstance(s, ir.Assign) and len(sites.get(s.target, ())) == 1 \
+                    and not isinstance(types.get(s.target), nbt.Array) \
+                    and _cheap(s.expr, written) \
+                    and all(n == loop_var or n not in assigned or n in ok
+                            for n in _reads(s.expr)) \
+                    and readers.get(s.target, set()) <= {id(x) for x in ir.walk(branch[k + 1:])}:
+                ok.add(s.target)
+                chosen.append(s)
+        visit(branch, ok)
+        return chosen
+
+    visit(loop.body, {s.target for s in direct})
+    return out
+
+
+def _loop_changes(loop, types, alias, distinct):
+    """The names ``loop`` assigns (its nested loops' variables too), and the names whose
+    elements it may change: a store changes every name that may hold the same array."""
+    inside = list(ir.walk(loop.body))
+    if isinstance(loop, ir.While):
+        inside += list(ir.walk(loop.cond))
+    assigned = {t for t in (_target(s) for s in inside) if t}
+    assigned |= {s.var for s in inside if isinstance(s, ir.For)}
+    written = set()
+    for w in {s.array for s in inside if isinstance(s, ir.Store)}:
+        written |= {n for n in types if alias.get(n, n) == alias.get(w, w) and (
+            n == w or w in assigned or n in assigned or frozenset((w, n)) not in distinct)}
+    return assigned, written
 
 
 def stmt_reads(s):
@@ -703,19 +771,11 @@ def stmt_reads(s):
 
 def _recomputable_in(loop, sites, types, alias, distinct):
     body = loop.body
-    inside = list(ir.walk(body))
-    if isinstance(loop, ir.While):
-        inside += list(ir.walk(loop.cond))
-    assigned = {t for t in (_target(s) for s in inside) if t}
-    assigned |= {s.var for s in inside if isinstance(s, ir.For)}
     # A store changes every name that may hold the same array: ``w[i] = ...`` where ``w`` is
     # sometimes ``u`` (bound in a branch) changes the ``u[i]`` a later reverse iteration would
     # read again (a wrong gradient, found with tests/test_rebinding.py::maybe_the_same). Not
     # the names certainly holding another array throughout the loop (a swap's u and v).
-    written = set()
-    for w in {s.array for s in inside if isinstance(s, ir.Store)}:
-        written |= {n for n in types if alias.get(n, n) == alias.get(w, w) and (
-            n == w or w in assigned or n in assigned or frozenset((w, n)) not in distinct)}
+    assigned, written = _loop_changes(loop, types, alias, distinct)
     loop_var = loop.var if isinstance(loop, ir.For) else None
     ok = set()
     chosen = []
@@ -797,7 +857,11 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
             elif isinstance(s, ir.If):
                 if isinstance(s.test, ir.Name) and s.test.id in tests:
                     pending = pending | {s.test.id}
-                pending = scan(s.body, pending) | scan(s.orelse, pending)
+                # a branch's recomputed statements read their operands at its entry
+                pending = scan(s.body, pending | _recompute_operands(
+                    recompute.get(branch_key(s, 0), ()), recomputed_targets)) | scan(
+                    s.orelse, pending | _recompute_operands(
+                        recompute.get(branch_key(s, 1), ()), recomputed_targets))
             elif isinstance(s, ir.For):
                 pending = pending | {a.id for a in (s.start, s.step) if isinstance(a, ir.Name)}
                 pending = pending | (_recompute_operands(recompute.get(s.id, ()),

@@ -18,7 +18,7 @@ from numba import types as nbt
 from . import fusion, ir
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
-from .analysis import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
+from .analysis import (branch_key, holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
                        is_float_tuple, part_of, stmt_reads, view_base)
 from .analysis import where as where_in
 
@@ -1195,10 +1195,10 @@ class _Gen:
             if isinstance(s.test, ir.Name):
                 out.read(s.test.id)
             out.add(f"if {s.test.src()}:")
-            self.nested_rev(s.body, out)
+            self.nested_rev(s.body, out, branch_key(s, 0))
             if any(id(x) in plan.reverse_relevant for x in s.orelse):
                 out.add("else:")
-                self.nested_rev(s.orelse, out)
+                self.nested_rev(s.orelse, out, branch_key(s, 1))
         elif isinstance(s, ir.For) and s.snapshots is not None:
             self.checkpointed_rev(s, out)
         elif isinstance(s, ir.For):
@@ -1237,9 +1237,12 @@ class _Gen:
             if id(s) in plan.in_loop:
                 self.pop(out, w, nbt.int64)
 
-    def nested_rev(self, stmts, out):
+    def nested_rev(self, stmts, out, key=None):
         out.indent += 1
         n = len(out.lines)
+        if key is not None:
+            # what the plan recomputes for this branch (analysis._branch_recomputes)
+            self.recompute_group(self.plan.recompute.get(key, ()), (), out)
         self.block_rev(stmts, out)
         if len(out.lines) == n or all(l.strip().startswith("#") for l in out.lines[n:]):
             out.add("pass")
@@ -1250,15 +1253,18 @@ class _Gen:
         the adjoints of the views taken in this loop (``d_r = d_M[t]``) for this iteration."""
         views = self.loop_views(loop)
         indices = {a.id for v in views for a in v.expr.atoms() if isinstance(a, ir.Name)}
-        group = [s for s in self.plan.recompute.get(loop.id, ())
-                 if s.target in self.plan.needed or s.target in indices]
+        self.recompute_group(self.plan.recompute.get(loop.id, ()), indices, out)
+        self.bind_views(loop, out)
+
+    def recompute_group(self, group, indices, out):
         for s in group:
+            if s.target not in self.plan.needed and s.target not in indices:
+                continue
             for a in s.expr.atoms():
                 if isinstance(a, ir.Name):
                     out.read(a.id)
             out.add(f"{s.target} = {ir.expr_src(s.expr)}")
             out.local[-1].add(s.target)
-        self.bind_views(loop, out)
 
     def loop_views(self, loop):
         """The view statements whose adjoints each reverse iteration of ``loop`` binds."""
