@@ -224,9 +224,11 @@ def test_whole_array_saves_only_where_sound(f, steps):
 
 
 def test_whole_array_saves_only_where_sound_code():
-    # a sweep reading the array it writes, or an array that may be it, saves element by element;
-    # a fresh scratch array saves nothing at all
-    for f, element, whole in ((recurrence, True, False), (maybe_the_same, True, False),
+    # a sweep reading the array it writes saves the values its reverse reads one by one (the
+    # u[i - 1] and u[i] of each step) and the array whole; one writing an array that may be the
+    # array its reverse reads saves the elements it overwrites one by one; a fresh scratch array
+    # saves nothing at all
+    for f, element, whole in ((recurrence, True, True), (maybe_the_same, True, False),
                               (fresh_scratch, False, False)):
         src = nr.code(nr.grad(f, argnums=(0, 1)), VEC, 0.7, 3)
         assert ("_tape_f8[_k_f8] = " in src) == element, f.__name__

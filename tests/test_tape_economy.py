@@ -100,7 +100,35 @@ def nested_branches(x, c, steps):
     return s + np.sum(u * u)
 
 
-FORMS = [pair_forces, guarded_neighbour, read_after_branch, reads_carried, nested_branches]
+def energy(a):
+    return np.sum(a * a)
+
+
+def callee_reads_array(x, c, steps):
+    """A sweep calling a function of the array it writes: the callee's pullback reads the array
+    (its residuals hold a reference), so the sweep saves what it overwrites element by element."""
+    u = x.copy()
+    s = 0.0
+    for t in range(steps):
+        for i in range(u.shape[0]):
+            s += energy(u) * c
+            u[i] = u[i] * c + 0.1
+    return s + np.sum(u)
+
+
+def product_reads_array(x, c, steps):
+    """The same with the adjoint of an array product reading it."""
+    u = x.copy()
+    s = 0.0
+    for t in range(steps):
+        for i in range(u.shape[0]):
+            s += np.sum(u * x) * c
+            u[i] = u[i] * c + 0.1
+    return s + np.sum(u)
+
+
+FORMS = [pair_forces, guarded_neighbour, read_after_branch, reads_carried, nested_branches,
+         callee_reads_array, product_reads_array]
 
 
 @pytest.mark.parametrize("f", FORMS)
@@ -127,3 +155,17 @@ def test_branch_temporaries_are_recomputed_not_saved():
     pb = nr.code(nr.grad(guarded_neighbour, argnums=(0, 1)), VEC, 0.7, 3, kind="pullback")
     branch = pb[pb.index("if _t"):]
     assert re.search(r"if _t\w+:\n\s+_t\w+ = i \+ 1\n\s+_t\w+ = u\[_t\w+\]", branch)
+
+
+def test_a_sweep_saves_the_array_whole_when_its_reverse_reads_none_of_it():
+    # the force loop reads f[i] (f[i] += ...) but its reverse reads nothing of f: f is copied
+    # once before the loop instead of element by element (sound: nothing reads the elements the
+    # element-wise restores would write before the copy overwrites them all)
+    src = nr.code(nr.grad(pair_forces, argnums=(0, 1)), VEC, 0.7, 3)
+    assert "_push_view(_tape_f8, _k_f8, f)" in src
+    assert "_tape_f8[_k_f8] = f[" not in src
+    # a sweep whose reverse reads the array (a callee's pullback, a product's adjoint): saved
+    # element by element
+    for f in (callee_reads_array, product_reads_array):
+        src = nr.code(nr.grad(f, argnums=(0, 1)), VEC, 0.7, 3)
+        assert "_tape_f8[_k_f8] = u[i]" in src and "_push_view" not in src, f.__name__

@@ -25,6 +25,7 @@ branches) is a reference that the forward saves on a list and the reverse takes 
 adjoint of the array it holds (``_rebound``).
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -177,7 +178,10 @@ def plan(fn, types, mask, classify):
         if more <= tests:
             break
         tests |= more
-    snapshots, snapshot_stores = _snapshots(fn, types, alias, distinct, pushes)
+    rev = lambda s: _rev_reads(s, active, callee_reads, quotients)   # noqa: E731
+    snapshots, snapshot_stores = _snapshots(
+        fn, types, alias, distinct, pushes,
+        lambda x: _reverse_reads(x, rev, recompute, lazy, types, active))
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
                 {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant),
@@ -802,12 +806,18 @@ def _recomputable_in(loop, sites, types, alias, distinct):
 
 
 def _cheap(expr, written):
-    if isinstance(expr, (ir.Atom, ir.BinOp, ir.UnaryOp, ir.Attr, ir.MakeTuple)):
+    """Whether re-executing ``expr`` in the reverse is cheap and gives its forward value, in a
+    loop that stores into the arrays ``written``: not an operation on one of those arrays
+    (``u @ x`` reads all of ``u``, which a later iteration changed: a wrong gradient before)."""
+    if isinstance(expr, (ir.BinOp, ir.UnaryOp, ir.MakeTuple)):
+        return not any(n in written for n in _reads(expr))
+    if isinstance(expr, (ir.Atom, ir.Attr)):
         return True
     if isinstance(expr, ir.Index):
         return isinstance(expr.a, ir.Name) and expr.a.id not in written
     if isinstance(expr, ir.Call):
-        return expr.func in _CHEAP_BUILTINS or expr.func in _CHEAP_MATH
+        return (expr.func in _CHEAP_BUILTINS or expr.func in _CHEAP_MATH) and (
+            expr.func is len or not any(n in written for n in _reads(expr)))
     return False
 
 
@@ -984,15 +994,45 @@ def _distinct(fn, types, view_of):
     return at
 
 
-def _snapshots(fn, types, alias, distinct, pushes):
-    """Loops that overwrite elements of an array they do not read (the stencil sweep
-    ``v[i, j] = f(u[i-1, j], ...)`` of a time step): instead of saving each overwritten element
-    on the tape (a store and an index bump per element, which also keeps LLVM from vectorizing
-    the sweep), the forward saves the array whole before the loop (one copy) and the reverse
-    writes it back after the loop's reverse. Sound because nothing in the loop, nor in its
-    reverse, reads the array's values: the loop reads no name that may share memory with it
-    (_distinct) and rebinds none. An array made new just before the loop in the same block
-    (``lap = np.zeros_like(u)``) needs not even the copy: nothing reads its old contents.
+def _reverse_reads(x, rev, recompute, lazy, types, active):
+    """Names whose values the reverse of statement ``x`` (not of its nested blocks) reads;
+    None for "anything" (a checkpointed loop: its steps run again in the reverse)."""
+    if isinstance(x, ir.Assign):
+        out = set(rev(x))
+        if x.target in lazy or isinstance(x.expr, (ir.Call, ir.MethodCall)) \
+                and x.target in active:
+            # a callee's or a rule's pullback may read its array arguments through the
+            # residuals it keeps (references, not copies)
+            out.update(_reads(x.expr))
+        return out
+    if isinstance(x, ir.Store):
+        out = {a.id for a in ir.index_atoms(x.index) if isinstance(a, ir.Name)}
+        if isinstance(x.value, ir.Name) and isinstance(types.get(x.value.id), nbt.Array):
+            out.add(x.value.id)
+        return out
+    if isinstance(x, ir.For) and x.snapshots is not None:
+        return None
+    groups = []
+    if isinstance(x, (ir.For, ir.While)):
+        groups.append(recompute.get(x.id, ()))
+    elif isinstance(x, ir.If):
+        groups += [recompute.get(branch_key(x, 0), ()), recompute.get(branch_key(x, 1), ())]
+    return {n for g in groups for s in g for n in _reads(s.expr)} | set(stmt_reads(x))
+
+
+def _snapshots(fn, types, alias, distinct, pushes, reverse_reads):
+    """Loops that overwrite elements of an array whose values their reverse does not read (the
+    stencil sweep ``v[i, j] = f(u[i-1, j], ...)`` of a time step, the N-body force loop
+    ``f[i, 0] += dx * w``): instead of saving each overwritten element on the tape (a store and
+    an index bump per element, which also keeps LLVM from vectorizing the sweep), the forward
+    saves the array whole before the loop (one copy) and the reverse writes it back after the
+    loop's reverse. Sound because nothing in the loop's reverse reads the array's values
+    (``reverse_reads``: adjoints, recomputed statements, views taken again; the forward may read
+    them: it runs unchanged), so the element-wise restores it replaces had no reader before the
+    copy overwrites them all; and the loop rebinds no name that may share memory with it, nor
+    reads or stores through one that may (_distinct). An array made new just before the loop in
+    the same block (``lap = np.zeros_like(u)``) needs not even the copy: nothing reads its old
+    contents.
 
     Returns ({id(loop): (array, ...)}, frozenset(id() of the stores this replaces))."""
     shared = set(alias) | set(alias.values())
@@ -1011,13 +1051,20 @@ def _snapshots(fn, types, alias, distinct, pushes):
                 inside = list(ir.walk(s.body))
                 assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
                 read = {n for x in inside for n in reads(x)}
+                # (the loop's own recomputed statements run in its reverse iterations)
+                back = [reverse_reads(x) for x in inside] + [reverse_reads(dataclasses.replace(
+                    s, start=ir.Const(0), stop=ir.Const(0), step=ir.Const(1)))]
+                back = None if any(b is None for b in back) else set().union(*back)
                 stored = {x.array for x in inside if isinstance(x, ir.Store)}
                 saved = []
                 for w in sorted({x.array for x in inside if isinstance(x, ir.Store)
                                  and id(x) in pushes and id(x) not in covered}):
                     cls = alias.get(w, w)
                     others = {n for n in read | stored if n != w and alias.get(n, n) == cls}
-                    if w in read or w in assigned or others & assigned or any(
+                    if back is None or any(n == w or alias.get(n, n) == cls and (
+                            n in assigned or frozenset((w, n)) not in distinct.get(id(s), ()))
+                            for n in back) \
+                            or w in assigned or others & assigned or any(
                             frozenset((w, n)) not in distinct.get(id(s), ()) for n in others):
                         continue
                     covered.update(id(x) for x in inside if isinstance(x, ir.Store)
