@@ -28,7 +28,7 @@ JOBS = int(os.environ.get("NUMBARULES_FUZZ_JOBS", str(min(2, os.cpu_count() or 1
 # --- the generator ------------------------------------------------------------------------------
 
 CONSTRUCTS = {
-    "time loop: checkpointed": 10,
+    "time loop: checkpointed": 10, "np.sum in a loop": 3, "np.dot in a loop": 2,
     "value from an inner loop read after it": 7, "row write h[t] = x[t]": 6,
     "tuple indexed by a loop variable": 19, "view returned by a helper": 24,
     "array swap a, b = b, a in a loop": 10, "constant condition": 16, "0.0 / x": 15,

@@ -779,6 +779,8 @@ class Generator:
             opts += [(3, self.s_view)]
         if h("numpy") and ctx.top:
             opts += [(4, self.s_numpy)]
+        if h("numpy") and ctx.in_loop:
+            opts += [(3, self.s_loop_reduction)]
         if h("globals") and ctx.top:
             opts += [(2, self.s_globals)]
         if h("viewcalls") and ctx.top:
@@ -1258,20 +1260,58 @@ class Generator:
                 self.emit(ctx, f"s += {red} * {self.fexpr(ctx, 1)}")
             self.write_after_use(ctx, [A for A in vec + mats if A.expr in expr])
         else:
-            reds = [(2, ("np.dot", f"np.dot({v.expr}, {u.expr})")),
-                    (1, ("vector @ vector", f"{v.expr} @ {u.expr}")) if v.contig and u.contig
-                    else (0, None),
-                    # shifted: the zeros feature can scale a vector by an exact 0.0, and the
-                    # 2-norm's gradient at the zero vector is NaN by convention (JAX's; see
-                    # primitives/linalg.py), which finite differences do not see (seed
-                    # 20261531 #1233)
-                    (1, ("np.linalg.norm", f"np.linalg.norm({v.expr} + 2.0)")),
-                    (2, ("np.sum", f"np.sum({v.expr} * {u.expr})")),
-                    (1, ("np.sum", f"np.sum(np.sin({v.expr}))"))]
-            tag, e = self.pick(reds)
+            tag, e = self.pick(self.reductions(v, u))
             self.use(tag)
             self.emit(ctx, f"s += {e} * {self.fexpr(ctx, 1)}")
             self.write_after_use(ctx, [v, u])
+
+    def reductions(self, v, u):
+        return [(2, ("np.dot", f"np.dot({v.expr}, {u.expr})")),
+                (1, ("vector @ vector", f"{v.expr} @ {u.expr}")) if v.contig and u.contig
+                else (0, None),
+                # shifted: the zeros feature can scale a vector by an exact 0.0, and the
+                # 2-norm's gradient at the zero vector is NaN by convention (JAX's; see
+                # primitives/linalg.py), which finite differences do not see (seed
+                # 20261531 #1233)
+                (1, ("np.linalg.norm", f"np.linalg.norm({v.expr} + 2.0)")),
+                (2, ("np.sum", f"np.sum({v.expr} * {u.expr})")),
+                (1, ("np.sum", f"np.sum(np.sin({v.expr}))")),
+                (1, ("np.sum of a negation", f"np.sum(-{v.expr})"))]
+
+    def s_reduction_sweep(self, ctx):
+        """A loop over an array taking a whole-array reduction of it each iteration and then
+        writing its element: each iteration's reduction sees the writes of the ones before."""
+        vec = [v for v in self.vecs(ndim=1, writable=True) if v.local]
+        if not vec:
+            return self.s_loop_reduction(ctx)
+        A = self.r.choice(vec)
+        u = self.r.choice([w for w in self.vecs(ndim=1) if w.shape == A.shape])
+        i = self.fresh("i")
+        self.use("reduction of an array its loop writes")
+        self.emit(ctx, f"for {i} in range({A.shape[0]}):")
+        inner = ctx.inner(loops=ctx.loops + ((i, 0, A.shape[0] - 1),), in_loop=True,
+                          loop_kind="for")
+        self.push()
+        tag, e = self.pick(self.reductions(*self.r.sample([A, u], 2)))
+        self.use(tag + " in a loop")
+        self.emit(inner, f"s += {e} * {self.fexpr(inner, 1)}")
+        self.emit(inner, f"{A.expr}[{i}] = {A.expr}[{i}] * {self.const(0.5, 1.1)} + "
+                         f"{self.fexpr(inner, 1)}")
+        self.pop()
+
+    def s_loop_reduction(self, ctx):
+        """A whole-array reduction inside a loop, sometimes followed by a write into one of its
+        operands: the reverse of a later iteration must not see the write (a product of an
+        array the loop writes was once recomputed from later values, stop 28)."""
+        vec = self.vecs(ndim=1)
+        if not vec:
+            return self.s_accum(ctx)
+        v = self.r.choice(vec)
+        u = self.r.choice([w for w in vec if w.shape == v.shape])
+        tag, e = self.pick(self.reductions(v, u))
+        self.use(tag + " in a loop")
+        self.emit(ctx, f"s += {e} * {self.fexpr(ctx, 1)}")
+        self.write_after_use(ctx, [v, u])
 
     def write_after_use(self, ctx, operands):
         """Sometimes write into a local array an operation just read: the reverse pass of that
@@ -1788,6 +1828,8 @@ class Generator:
         elif feature == "numpy":
             for _ in range(self.r.randint(2, 3)):
                 self.s_numpy(ctx)
+            if self.chance(0.4):
+                self.s_reduction_sweep(ctx)
         elif feature == "globals":
             self.s_globals(ctx)
         elif feature == "calls":
