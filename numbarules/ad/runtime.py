@@ -37,27 +37,8 @@ _reserve = numba_glue.reserve_tape       # _reserve(t, used, more): t, or a copy
 _zeros_like = numba_glue.zeros_like      # _zeros_like(x): np.zeros_like(x)
 
 
-@numba.njit
-def _push_view(buf, used, view):
-    """``buf`` with the elements of ``view`` (any layout, C order) written after ``used``."""
-    flat = view.ravel()
-    buf = _reserve(buf, used, flat.size)
-    for i in range(flat.size):
-        buf[used + i] = flat[i]
-    return buf
-
-
-@numba.njit
-def _restore(a, buf, used):
-    """Write the ``a.size`` elements saved last on ``buf`` (by _push_view) back into ``a``;
-    the tape's new length."""
-    used -= a.size
-    # (a flat loop: ``a[...] = buf[...].reshape(a.shape)`` compiles NumPy's broadcasting
-    # and its error formatting, 4 s before the first gradient)
-    flat = a.flat
-    for i in range(a.size):
-        flat[i] = buf[used + i]
-    return used
+_push_view = numba_glue.push_view      # _push_view(t, used, a): t grown, a's elements after used
+_restore = numba_glue.restore_view     # _restore(a, t, used): a's elements back from t; used - a.size
 
 
 @numba.njit(inline="always")
@@ -100,12 +81,7 @@ def no_value(message, fire):
     return 0.0
 
 
-@numba.njit
-def _copy_into(a, src):
-    """Write ``src``'s elements into ``a`` (same shape): a checkpointed loop's LOAD."""
-    flat, other = a.flat, src.flat
-    for i in range(a.size):
-        flat[i] = other[i]
+_copy_into = numba_glue.copy_into      # _copy_into(a, src): a checkpointed loop's LOAD
 
 
 HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_schedule": _schedule, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
