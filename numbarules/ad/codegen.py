@@ -18,8 +18,8 @@ from numba import types as nbt
 from . import fusion, ir
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
-from .analysis import (branch_key, holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
-                       is_float_tuple, part_of, stmt_reads, view_base)
+from .analysis import (branch_key, holds_arrays, is_aggregate, is_float, is_float_array,
+                       is_float_struct, is_float_tuple, part_of, stmt_reads, view_base)
 from .analysis import where as where_in
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
