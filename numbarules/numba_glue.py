@@ -993,22 +993,27 @@ def _copy_elements(context, builder, dty, dst, sty, src):
         builder.store(builder.add(n, intp(1)), k)
 
 
+def _tape_operands(buf, used, a):
+    """Whether the types are a tape (a 1-d C array), a length on it and an array."""
+    return isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C" \
+        and isinstance(a, types.Array) and isinstance(used, types.Integer)
+
+
 @numba_intrinsic
 def push_view(typingctx, buf, used, view):
     """``buf`` (a tape) with the elements of ``view`` (any layout, C order) written after
     ``used``, grown first if they do not fit. Emitted inline: as an @njit helper it was a
     dispatcher compiled per array type (and per literal ``used``), 0.2-0.6 s each before a
     first gradient."""
-    if not (isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C"
-            and isinstance(view, types.Array) and isinstance(used, types.Integer)):
+    if not _tape_operands(buf, used, view):
         return None
 
     def codegen(context, builder, sig, args):
         bty, uty, vty = sig.args
         value, used, v = args
         used = context.cast(builder, used, uty, types.intp)
-        arr = make_array(vty)(context, builder, value=v)
-        new = _reserve(context, builder, bty, value, used, arr.nitems)
+        new = _reserve(context, builder, bty, value, used,
+                       make_array(vty)(context, builder, value=v).nitems)
         tape = make_array(bty)(context, builder, value=new)
         _copy_elements(context, builder, bty.dtype, (bty.dtype, builder.gep(tape.data, [used])),
                        vty, v)
@@ -1020,16 +1025,14 @@ def push_view(typingctx, buf, used, view):
 def restore_view(typingctx, a, buf, used):
     """Write the ``a.size`` elements saved last on ``buf`` (by push_view) back into ``a``;
     the tape's new length."""
-    if not (isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C"
-            and isinstance(a, types.Array) and isinstance(used, types.Integer)):
+    if not _tape_operands(buf, used, a):
         return None
 
     def codegen(context, builder, sig, args):
         aty, bty, uty = sig.args
         v, value, used = args
-        used = context.cast(builder, used, uty, types.intp)
-        arr = make_array(aty)(context, builder, value=v)
-        start = builder.sub(used, arr.nitems)
+        start = builder.sub(context.cast(builder, used, uty, types.intp),
+                            make_array(aty)(context, builder, value=v).nitems)
         tape = make_array(bty)(context, builder, value=value)
         _copy_elements(context, builder, aty, v,
                        bty.dtype, (bty.dtype, builder.gep(tape.data, [start])))
