@@ -19,5 +19,7 @@ fi
   # the simulator's semantic tests, on the device: every device vjp compiled and run for real
   timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider tests/cuda_sim_cases.py \
       -k "not test_running_in_the_simulator" 2>&1 | tail -25
-  timeout "${BENCH_S:-150}" python3 ${BENCHES:-perf/bench_cuda.py --quick} 2>&1 | tail -30
+  # the GPU benchmarks, each under its own limit
+  timeout "${BENCH_S:-150}" python3 perf/bench_cuda.py ${BENCH_ARGS:-} 2>&1 | tail -12
+  timeout "${BENCH_S:-150}" python3 perf/bench_cuda_checkpoint.py 2>&1 | tail -12
 } 2>&1 | tee "$LOG"

@@ -153,6 +153,32 @@ def two_args(x, y):
     return math.atan2(y, x) + x ** 3 * y + math.hypot(x, y) + (x + y) ** 2.5
 
 
+def ode_checkpointed(x, n):
+    """A time loop marked for checkpointing: its device tape holds one step (3 entries), its
+    slots 3 states, whatever n (each thread runs its own schedule)."""
+    v = 0.0
+    for t in nr.checkpointed(range(n), snapshots=3):
+        a = -math.sin(x) - 0.25 * v
+        v = v + 0.1 * a
+        x = x + 0.1 * v
+    return 0.5 * v * v + (1.0 - math.cos(x))
+
+
+def kicked_checkpointed(x, n):
+    """A checkpointed step with a branch, an inner loop of constant length and an int state;
+    one slot, so the schedule also takes its quadratic (no free slot) path."""
+    k = 0
+    for t in nr.checkpointed(range(n), snapshots=1):
+        if x > 0.5:
+            x = x - 0.3 * x * x
+            k += 1
+        else:
+            x = x + 0.2 * math.cos(x + k)
+        for j in range(2):
+            x = x * 0.9 + 0.05 * math.sin(x)
+    return x * (1.0 + 0.1 * k)
+
+
 @dataclass(frozen=True)
 class Case:
     f: object
@@ -181,6 +207,11 @@ CASES = [
     Case(rrule_caller, lambda n: (_lin(n, -1.0, 1.0, 0.019), _lin(n, 0.1, 0.2)), argnums=(0, 1)),
     Case(helper_caller, lambda n: (_lin(n, -1.5, 1.5, 0.021),)),
     Case(two_args, lambda n: (_lin(n, 0.5, 2.0), _lin(n, 0.2, 1.0)), argnums=(0, 1)),
+    # checkpointed time loops: a tape of one step and slots, no tape= (n from 0 to 40 steps)
+    Case(ode_checkpointed, lambda n: (_lin(n, -1.0, 1.2, 0.01),
+                                      np.arange(n, dtype=np.int64) * 7 % 41)),
+    Case(kicked_checkpointed, lambda n: (_lin(n, -0.8, 1.4, 0.003),
+                                         np.arange(n, dtype=np.int64) * 5 % 17)),
 ]
 
 IDS = [c.f.__name__ for c in CASES]

@@ -50,6 +50,34 @@ def test_the_schedule_reverses_every_step_once_within_its_slots(n, snaps):
         assert advanced <= r * n
 
 
+def test_the_schedule_stack_stays_within_the_rows_it_is_given():
+    """Pullbacks (CPU and device) step through the schedule on a stack of
+    ``revolve.stack_rows(snaps)`` rows: its peak height, counted at every push."""
+    peak = [0]
+    push = revolve._rv_push
+
+    def counting_push(stack, top, *record):
+        peak[0] = max(peak[0], top + 1)
+        return push(stack, top, *record)
+
+    # as Python: their global _rv_push is looked up at each call
+    start, step = revolve._rv_start.py_func, revolve._rv_next.py_func
+    revolve._rv_push = counting_push
+    try:
+        for snaps in (0, 1, 2, 3, 6, 20):
+            for n in (1, 2, 5, 17, 60, 200, 1000):
+                if snaps == 0 and n > 60:
+                    continue
+                peak[0] = 0
+                stack = np.zeros((revolve.stack_rows(snaps), revolve.STACK_COLUMNS), np.int64)
+                top = start(stack, n, snaps)
+                while top > 0:
+                    top = step(stack, top)[3]
+                assert peak[0] <= revolve.stack_rows(snaps), (n, snaps, peak[0])
+    finally:
+        revolve._rv_push = push
+
+
 # --- the formulations -------------------------------------------------------------------------
 
 def _swap(u0, k, steps, snaps):
@@ -245,3 +273,32 @@ def test_doubling_the_steps_does_not_double_the_peak_memory(make_module):
     assert c2 - c1 < 200 * 65536 * 0.05, (c1, c2)
     assert c2 < 0.1 * t2, (c2, t2)
     np.testing.assert_allclose(ckpt(u0, 0.2, 400, 8)[0], taped(u0, 0.2, 400, 8)[0], rtol=1e-9)
+
+
+def _settle(x, n, snaps):
+    for t in nr.checkpointed(range(n), snapshots=snaps):
+        k = 0
+        while x > 1.0 and k < 8:          # its test is set by its condition's statements
+            x = 0.7 * x + 0.1 * math.sin(x)
+            k += 1
+        x = x * 1.9 + 0.05
+    return x
+
+
+def _settle_plain(x, n, snaps):
+    for t in range(n):
+        k = 0
+        while x > 1.0 and k < 8:
+            x = 0.7 * x + 0.1 * math.sin(x)
+            k += 1
+        x = x * 1.9 + 0.05
+    return x
+
+
+def test_a_while_loop_inside_a_checkpointed_step():
+    # refused before 2026-12-04: the while's test was taken for a value carried between steps
+    for x in (0.3, 1.5, 2.2):
+        for snaps in (0, 2):
+            assert nr.grad(_settle)(x, 6, snaps) == pytest.approx(
+                nr.grad(_settle_plain)(x, 6, snaps), rel=1e-12)
+            check_grad(_settle, x, 6, snaps, argnums=0, rtol=1e-6)

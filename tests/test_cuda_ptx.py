@@ -286,6 +286,29 @@ def test_the_benchmark_kernel_compiles_and_the_script_exits_cleanly_without_a_gp
         "numbarules map_grad" in proc.stdout)
 
 
+def test_the_checkpoint_benchmark_compiles_and_exits_cleanly_without_a_gpu():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "perf"))
+    try:
+        import bench_cuda_checkpoint as bench
+    finally:
+        sys.path.remove(str(root / "perf"))
+    for f, tape in ((bench.pendulum, 64), (bench.pendulum_16, 0), (bench.pendulum_64, 0)):
+        kernel = nrc.map_grad(f, argnums=(0, 1), tape=tape).kernel_for(
+            types.float64, types.float64, types.int64)
+        ptx_of(kernel, (types.float64[::1],) * 2 + (types.int64[::1],)
+               + (types.float64[::1],) * 2 + (types.int64[::1],))
+    proc = subprocess.run([sys.executable, str(root / "perf" / "bench_cuda_checkpoint.py"),
+                           "--n", "1000"], env=dict(os.environ, PYTHONPATH=str(root)),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("skipped" in proc.stdout and "GPU" in proc.stdout) or "checkpointed" in proc.stdout
+
+
 # --- more of what device code supports -----------------------------------------------------------
 
 @nr.struct
@@ -356,6 +379,42 @@ def test_loops_of_constant_length_get_a_tape_sized_at_compile_time():
     assert "_cuda.local.array(12, _np.float64)" in source
     kernel = nrc.map_grad(recurrence).kernel_for(types.float64)
     ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1]))
+
+
+def test_a_checkpointed_loop_keeps_one_step_of_tape_whatever_its_length():
+    from cuda_zoo import ode_checkpointed    # x saved once a step, snapshots=3
+    source = nrc.code(ode_checkpointed, 0.5, 1000)
+    assert "_cuda.local.array(1, _np.float64)" in source            # one step's tape
+    assert source.count("_cuda.local.array(4, _np.float64)") == 2   # slots 0..3 of x and v
+    assert "_rv_next(" in source
+    kernel = nrc.map_grad(ode_checkpointed).kernel_for(types.float64, types.int64)
+    ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1], types.int64[::1]))
+
+
+def _ode_plain(x, n):
+    v = 0.0
+    for t in range(n):
+        a = -math.sin(x) - 0.25 * v
+        v = v + 0.1 * a
+        x = x + 0.1 * v
+    return 0.5 * v * v + (1.0 - math.cos(x))
+
+
+def _ode_slots(x, n, k):
+    v = 0.0
+    for t in nr.checkpointed(range(n), snapshots=k):
+        v = v - 0.1 * math.sin(x)
+        x = x + 0.1 * v
+    return x
+
+
+def test_checkpointing_is_what_frees_a_device_loop_from_tape_and_its_slots_are_constant():
+    with pytest.raises(nr.UnsupportedSyntaxError, match="tape="):
+        nrc.code(_ode_plain, 0.5, 1000)     # the same loop unmarked needs a bound
+    with pytest.raises(nr.UnsupportedSyntaxError) as info:
+        nrc.code(_ode_slots, 0.5, 10, 4)
+    text = str(info.value)
+    assert "snapshots=k" in text and "test_cuda_ptx.py" in text and "snapshots=16" in text
 
 
 def test_a_gradient_object_in_a_new_kernel_compile_sees_a_new_method():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from numba import types as nbt
 
-from . import fusion, ir
+from . import fusion, ir, revolve
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
 from .analysis import (branch_key, holds_arrays, is_aggregate, is_float, is_float_array,
@@ -621,13 +621,23 @@ class _Gen:
                   if isinstance(x, ir.Store)}
         exposed = []
 
+        def read(names, defined):
+            for n in names:
+                if n not in defined and n not in exposed:
+                    exposed.append(n)
+
         def visit(block, defined):
             """Record the reads in ``block`` of names no statement before them certainly set
             (in this step); ``defined`` grows with the block's own assignments."""
             for x in block:
-                for n in stmt_reads(x):
-                    if n not in defined and n not in exposed:
-                        exposed.append(n)
+                if isinstance(x, ir.While):
+                    # its test is read after its condition's statements set it
+                    inner = set(defined)
+                    visit(x.cond, inner)
+                    read(stmt_reads(x), inner)
+                    visit(x.body, inner)
+                    continue
+                read(stmt_reads(x), defined)
                 if isinstance(x, ir.Assign):
                     defined.add(x.target)
                 elif isinstance(x, ir.If):
@@ -637,10 +647,6 @@ class _Gen:
                     defined |= a & b            # set on both paths
                 elif isinstance(x, ir.For):
                     visit(x.body, defined | {x.var})
-                elif isinstance(x, ir.While):
-                    inner = set(defined)
-                    visit(x.cond, inner)
-                    visit(x.body, inner)
 
         visit(loop.body, {loop.var})
         before = set(self.fn.params)
@@ -675,11 +681,9 @@ class _Gen:
     def checkpointed_fwd(self, s, out, reserved):
         """The forward of a checkpointed loop: keep its state at entry (slot 0), then run the
         steps saving nothing."""
-        if self.device is not None:
-            raise UnsupportedSyntaxError(
-                f"a checkpointed loop in device code\n{where_in(self.fn, s.line)}\n"
-                f"Hint: device tapes are fixed in size; use range(...) in kernels.")
         arrays, scalars = self.checkpoint_state(s)
+        if self.device is not None:
+            self.device_snapshots(s)
         if id(s) in self.plan.pushes:
             self.push(out, s.var, self.pushed_type(s), reserved)
         out.add(f"_n{s.id} = _trip({s.start.src()}, {s.stop.src()}, {s.step.src()})")
@@ -694,6 +698,19 @@ class _Gen:
         # the lists and tapes the pullback's steps use are made here (tape_inits): emit a step
         # with its saves once, into nothing, to declare them
         self.block_fwd(s.body, _Out(), False)
+
+    def device_snapshots(self, s):
+        """The slot count of a checkpointed loop in device code: a constant (local arrays have a
+        size fixed at compile time)."""
+        k = s.snapshots
+        if not (isinstance(k, ir.Const) and isinstance(k.value, int)
+                and not isinstance(k.value, bool)):
+            raise UnsupportedSyntaxError(
+                f"a checkpointed loop in device code with snapshots={k.src()}\n"
+                f"{where_in(self.fn, s.line)}\n"
+                f"Hint: device code keeps its slots in local memory, whose size is fixed when "
+                f"the kernel compiles: write the number itself (snapshots=16).")
+        return max(k.value, 0)
 
     @contextlib.contextmanager
     def plainly(self):
@@ -719,7 +736,15 @@ class _Gen:
         for x in ir.walk(s.body):
             for r in stmt_reads(x):
                 out.read(r)
-        out.add(f"_ops{i} = _schedule({n}, {k})")
+        # the schedule, one row at a time (revolve.py): a stack of a few rows per slot
+        if self.device is not None:
+            k = self.device_snapshots(s)
+            out.add(f"_st{i} = _cuda.local.array(({revolve.stack_rows(k)}, "
+                    f"{revolve.STACK_COLUMNS}), _np.int64)")
+        else:
+            out.add(f"_st{i} = _np.empty((max({k}, 0) + {revolve.STACK_SPARE}, "
+                    f"{revolve.STACK_COLUMNS}), _np.int64)")
+        out.add(f"_h{i} = _rv_start(_st{i}, {n}, {k})")
         for a in arrays:
             out.add(f"_sr{i}_{a} = _List()")
             out.add(f"_sr{i}_{a}.append(_cr{i}_{a})")
@@ -727,13 +752,15 @@ class _Gen:
             out.add(f"_sv{i}_{a}.append(_cv{i}_{a})")
         for v in scalars:
             dtype = "bool_" if isinstance(self.types[v], nbt.Boolean) else str(self.types[v])
-            out.add(f"_ss{i}_{v} = _np.empty(max({k}, 0) + 1, _np.{dtype})")
+            if self.device is not None:
+                out.add(f"_ss{i}_{v} = _cuda.local.array({k + 1}, _np.{dtype})")
+            else:
+                out.add(f"_ss{i}_{v} = _np.empty(max({k}, 0) + 1, _np.{dtype})")
             out.add(f"_ss{i}_{v}[0] = _cv{i}_{v}")
-        o = f"_o{i}"
-        out.add(f"for {o} in range(_ops{i}.shape[0]):")
+        out.add(f"while _h{i} > 0:")
         out.indent += 1
-        out.local.append({s.var, o})
-        out.add(f"_op, _oa, _ob = _ops{i}[{o}, 0], _ops{i}[{o}, 1], _ops{i}[{o}, 2]")
+        out.local.append({s.var})
+        out.add(f"_op, _oa, _ob, _h{i} = _rv_next(_st{i}, _h{i})")
         out.add("if _op == 0:    # LOAD slot _oa")
         for a in arrays:
             out.add(f"    {a} = _sr{i}_{a}[_oa]")
@@ -764,10 +791,16 @@ class _Gen:
         out.indent += 1
         out.add(f"{s.var} = {s.start.src()} + _oa * {s.step.src()}")
         innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))
-        if innermost:
+        if innermost and self.device is None:
             for key, count in sorted(self.count_pushes(s.body).items()):
                 out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {count})")
         self.block_fwd(s.body, out, innermost)
+        if self.device is not None and self.tapes:
+            # a device tape is fixed in size and this step saved during the reverse: past the
+            # bound the pops would read nothing saved, so leave with NaN tangents (device_vjp)
+            out.add(f"_used = max(0, {', '.join(f'_k_{t}' for t in sorted(self.tapes))})")
+            out.add(f"if _used > {self.device}:")
+            out.add("    return _OVERFLOW")
         # The adjoints of the arrays the step binds afresh (swap temporaries, new arrays) were
         # last looked up for the bindings some other op left: look them up again for this
         # step's, the state's adjoints first (they hold what later steps accumulated).
@@ -1499,7 +1532,10 @@ class _Gen:
             lines += [f"    _used = max(0, {counts})",
                       f"    if _used > {capacity}:",
                       f"        return (_y, {''.join(t + ', ' for t in nan)}_used)"]
-        lines += self.pullback_lines
+        # a checkpointed loop's steps save during the reverse, and check there (checkpointed_rev)
+        overflow = f"(_y, {''.join(t + ', ' for t in nan)}_used)"
+        lines += [line.replace("return _OVERFLOW", f"return {overflow}")
+                  for line in self.pullback_lines]
         lines.append(f"    return (_y, {''.join(t + ', ' for t in self.pullback_tangents)}_need)")
         return "\n".join(lines) + "\n"
 
@@ -1552,8 +1588,9 @@ def device_tape_demand(fn, plan):
     inside a loop whose trip count is not a constant, or None).
 
     Device tapes have a fixed capacity. Pushes outside loops and inside ``range`` loops with
-    constant bounds are counted here (a branch counts its larger side); a loop of unknown length
-    that pushes needs a bound the user gives (``tape=``), or the device refuses it.
+    constant bounds are counted here (a branch counts its larger side), and a checkpointed loop
+    counts one step's; a loop of unknown length that pushes needs a bound the user gives
+    (``tape=``), or the device refuses it.
     """
     def count(stmts):
         n, unbounded = 0, None
@@ -1568,7 +1605,9 @@ def device_tape_demand(fn, plan):
             elif isinstance(s, (ir.For, ir.While)):
                 inner, u = count(s.body) if isinstance(s, ir.For) else count(s.cond + s.body)
                 trip = _constant_trip(s)
-                if inner and trip is None:
+                if isinstance(s, ir.For) and s.snapshots is not None:
+                    n += inner          # checkpointed: one step's saves at a time (its TURN)
+                elif inner and trip is None:
                     u = u or _first_push_line(s.body if isinstance(s, ir.For) else s.cond + s.body,
                                              plan)
                 elif inner:

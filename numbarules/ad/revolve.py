@@ -25,6 +25,8 @@ The schedule is an int64 array of rows (op, a, b), made in compiled code before 
 (``_schedule(n, snaps)``) so a checkpointed function differentiates inside other compiled code.
 """
 
+import math
+
 import numba
 import numpy as np
 
@@ -33,58 +35,108 @@ LOAD, SAVE, ADVANCE, TURN = 0, 1, 2, 3
 
 @numba.njit(cache=False)
 def _beta(s, r):
-    """C(s + r, s), saturated at 2**62 (only compared with step counts)."""
-    out = 1
-    for k in range(1, s + 1):
-        out = out * (r + k) // k
-        if out > 2 ** 62 // (r + s + 1):
+    """C(s + r, s), saturated at 2**62 past 2**40 (only compared with step counts).
+
+    The pullback calls this a few times per range it splits, about once per step, so it is
+    made cheap for device code, where a 64-bit integer division costs dozens of instructions:
+    the loop runs over the smaller of s and r (C(s + r, s) = C(s + r, r)), in float64, rounding
+    each partial binomial (an integer below 2**40, exact to far better than 1/2)."""
+    k_max, m = (s, r) if s < r else (r, s)
+    out = 1.0
+    for k in range(1, k_max + 1):
+        out = math.floor(out * (m + k) / k + 0.5)
+        if out > 1099511627776.0:        # 2**40
             return 2 ** 62
-    return out
+    return int(out)
+
+
+# The schedule is made one row at a time (``_rv_start``, ``_rv_next``) from a small stack of
+# pending work, so that a pullback needs no array of rows: device code cannot allocate one, and
+# the stack's depth is bounded by the slot count (below). A record is the four operations above,
+# RANGE (reverse steps [a, b) from the state in ``slot`` with ``s`` free slots and ``r``
+# recomputations each) or QUAD (reverse [a, b) with no free slot: each step from the saved
+# state), stored as four int64 (a, b, r, and kind, s, slot packed in 3 + 30 + 30 bits): on a
+# GPU every thread's stack lives in local memory, whose traffic this keeps small.
+RANGE, QUAD = 4, 5
+STACK_SPARE = 8     # rows besides one per free slot: at most 4 operations and a QUAD or RANGE
+STACK_COLUMNS = 4
+_SLOT_BITS = 2 ** 30 - 1        # slot counts past 2**30 would not be allocated anyway
+
+
+def stack_rows(snaps):
+    """The rows of the stack ``_rv_start`` needs for ``snaps`` free slots (at most: a pending
+    left part per slot on the path of right parts, then one expansion's records)."""
+    return max(snaps, 0) + STACK_SPARE
+
+
+@numba.njit(cache=False)
+def _rv_push(stack, top, kind, a, b, s, slot, r):
+    stack[top, 0] = a
+    stack[top, 1] = b
+    stack[top, 2] = r
+    stack[top, 3] = kind | (s << 3) | (slot << 33)
+    return top + 1
+
+
+@numba.njit(cache=False)
+def _rv_start(stack, n, snaps):
+    """The stack's height after pushing the reversal of all ``n`` steps (0: nothing to do)."""
+    if n <= 0:
+        return 0
+    if snaps < 0:
+        snaps = 0
+    r = 0
+    while snaps > 0 and _beta(snaps, r) < n:
+        r += 1
+    return _rv_push(stack, 0, RANGE, 0, n, snaps, 0, r)
+
+
+@numba.njit(cache=False)
+def _rv_next(stack, top):
+    """(op, a, b, new height): the next operation of the schedule (pops and expands records
+    until an operation is on top). Call while the height is positive."""
+    while True:
+        top -= 1
+        a, b, rr, packed = stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3]
+        kind, s, slot = packed & 7, (packed >> 3) & _SLOT_BITS, packed >> 33
+        if kind < RANGE:
+            return kind, a, b, top
+        # Records are pushed in the reverse of the order they run in; each expansion begins
+        # with a LOAD, returned at once rather than pushed and popped.
+        if kind == QUAD or (kind == RANGE and s == 0 and b - a > 1):
+            # no free slot: the last step from the saved state, then the others
+            if b - a > 1:
+                top = _rv_push(stack, top, QUAD, a, b - 1, 0, slot, 0)
+            top = _rv_push(stack, top, TURN, b - 1, 0, 0, 0, 0)
+            if b - 1 > a:
+                top = _rv_push(stack, top, ADVANCE, a, b - 1, 0, 0, 0)
+        elif b - a == 1:
+            top = _rv_push(stack, top, TURN, a, 0, 0, 0, 0)
+        else:
+            while rr > 0 and _beta(s, rr - 1) >= b - a:
+                rr -= 1
+            m = b - min(_beta(s - 1, rr), b - a - 1)
+            top = _rv_push(stack, top, RANGE, a, m, s, slot, rr - 1 if rr > 0 else 0)
+            top = _rv_push(stack, top, RANGE, m, b, s - 1, slot + 1, rr)
+            top = _rv_push(stack, top, SAVE, slot + 1, 0, 0, 0, 0)
+            top = _rv_push(stack, top, ADVANCE, a, m, 0, 0, 0)
+        return LOAD, slot, 0, top
 
 
 @numba.njit(cache=False)
 def _schedule(n, snaps):
     """The rows (op, a, b) that reverse ``n`` steps with ``snaps`` free slots besides slot 0,
-    which holds the state before step 0. Rows come out in execution order."""
-    if snaps < 0:
-        snaps = 0
+    which holds the state before step 0, in execution order (for tests and ``nr.code`` readers:
+    pullbacks step through ``_rv_next`` themselves)."""
+    stack = np.empty((max(snaps, 0) + STACK_SPARE, STACK_COLUMNS), np.int64)
+    top = _rv_start(stack, n, snaps)
     rows = []
-    if n <= 0:
-        return np.zeros((0, 3), np.int64)
-    r = 0
-    while snaps > 0 and _beta(snaps, r) < n:
-        r += 1
-    # An explicit stack of ranges to reverse, each (a, b, free slots, the slot holding the
-    # state at a, recomputations allowed), popped last-in first-out: the right part first.
-    stack = [(0, n, snaps, 0, r)]
-    while len(stack) > 0:
-        a, b, s, slot, rr = stack.pop()
-        if b - a == 1:
-            rows.append((LOAD, slot, 0))
-            rows.append((TURN, a, 0))
-            continue
-        if s == 0:
-            # No free slot: each step from the saved state (quadratic: snapshots=0)
-            for k in range(b - 1, a - 1, -1):
-                rows.append((LOAD, slot, 0))
-                if k > a:
-                    rows.append((ADVANCE, a, k))
-                rows.append((TURN, k, 0))
-            continue
-        while rr > 0 and _beta(s, rr - 1) >= b - a:
-            rr -= 1
-        right = min(_beta(s - 1, rr), b - a - 1)
-        m = b - right
-        free = slot + 1
-        rows.append((LOAD, slot, 0))
-        rows.append((ADVANCE, a, m))
-        rows.append((SAVE, free, 0))
-        stack.append((a, m, s, slot, rr - 1 if rr > 0 else 0))
-        stack.append((m, b, s - 1, free, rr))
+    while top > 0:
+        op, a, b, top = _rv_next(stack, top)
+        rows.append((op, a, b))
     out = np.empty((len(rows), 3), np.int64)
     for k in range(len(rows)):
-        op, x, y = rows[k]
-        out[k, 0] = op
-        out[k, 1] = x
-        out[k, 2] = y
+        out[k, 0] = rows[k][0]
+        out[k, 1] = rows[k][1]
+        out[k, 2] = rows[k][2]
     return out

@@ -14,7 +14,7 @@ from numba import types
 from numba.extending import overload
 
 from .. import numba_glue
-from .revolve import _schedule
+from .revolve import _rv_next, _rv_start
 
 
 @numba.njit(inline="always")
@@ -84,7 +84,7 @@ def no_value(message, fire):
 _copy_into = numba_glue.copy_into      # _copy_into(a, src): a checkpointed loop's LOAD
 
 
-HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_schedule": _schedule, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
+HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv_start, "_rv_next": _rv_next, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
            "_trip": _trip, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
            "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_np": np}
 

@@ -1482,7 +1482,7 @@ class Generator:
         steps = self.r.randint(0, 3)
         form = self.pick([(2, "copy"), (2, "stencil"), (2, "expr"), (2, "swap"), (1, "view"),
                           (1, "branch"), (1, "inner"), (1, "rotate"), (1.5, "slices"),
-                          (1, "window"), (1, "target"), (1, "scratch")])
+                          (1, "window"), (1, "target"), (1, "scratch"), (1, "settle")])
         self.use(f"time loop: {form}")
         if form == "slices":
             steps = self.r.randint(2, 3)      # one step would not change the views' shapes
@@ -1495,11 +1495,16 @@ class Generator:
         elif form == "rotate":
             self.emit(ctx, f"{w} = {u} * 0.5")
             self.emit(ctx, f"{b} = np.zeros({n})")
+        elif form == "settle":
+            x = self.fresh("x")
+            self.emit(ctx, f"{x} = {e} * 1.0")
         if self.chance(0.3):
             # reversed on a binomial schedule instead of a tape (revolve.py): more steps, few
             # snapshots, so that advances, saves and loads all happen
             self.use("time loop: checkpointed")
             steps = steps + self.r.randint(0, 4)
+            if form == "slices":
+                steps = min(steps, n)     # u[:n - it] and u[it:] agree in length up to it = n
             self.emit(ctx, f"for {it} in nr.checkpointed(range({steps}), "
                            f"snapshots={self.r.randint(0, 3)}):")
         else:
@@ -1568,6 +1573,15 @@ class Generator:
             self.emit(c4, f"s += np.sum({r} * {r}) * {c}")
             if self.chance(0.5):
                 self.emit(c1, f"{u} = {u} * {self.const(0.5, 1.1)}")
+        elif form == "settle":         # a while on data in the step (its test is set by its
+            k = self.fresh("k")        # condition's statements) and a number carried across steps
+            self.emit(c1, f"{k} = 0")
+            self.emit(c1, f"while {x} < {self.const(0.5, 2.0)} and {k} < 3:")
+            self.emit(c1.inner(), f"{x} = {x} * 1.3 + {c}")
+            self.emit(c1.inner(), f"{k} += 1")
+            self.emit(c1, f"{x} = {x} * 0.7 + {c} * np.sum({u}) * {e}")
+            self.emit(c1, f"{u} = {u} * 0.9 + {c} * {x}")
+            self.emit(ctx, f"s += {x}")
         elif form == "slices":         # views whose shape changes with the iteration
             y = self.fresh("y")
             self.emit(c1, f"{y} = {u}[{it}:] * {e}" if self.chance(0.5) else
