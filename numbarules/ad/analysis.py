@@ -25,7 +25,6 @@ branches) is a reference that the forward saves on a list and the reverse takes 
 adjoint of the array it holds (``_rebound``).
 """
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -181,7 +180,7 @@ def plan(fn, types, mask, classify):
     rev = lambda s: _rev_reads(s, active, callee_reads, quotients)   # noqa: E731
     snapshots, snapshot_stores = _snapshots(
         fn, types, alias, distinct, pushes,
-        lambda x: _reverse_reads(x, rev, recompute, lazy, types, active))
+        lambda x, header=True: _reverse_reads(x, rev, recompute, lazy, types, active, header))
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
                 {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant),
@@ -994,9 +993,11 @@ def _distinct(fn, types, view_of):
     return at
 
 
-def _reverse_reads(x, rev, recompute, lazy, types, active):
+def _reverse_reads(x, rev, recompute, lazy, types, active, header=True):
     """Names whose values the reverse of statement ``x`` (not of its nested blocks) reads;
-    None for "anything" (a checkpointed loop: its steps run again in the reverse)."""
+    None for "anything" (a checkpointed loop: its steps run again in the reverse). Without
+    ``header``, a loop's or branch's own reads (bounds, test) are left out: only its recomputed
+    statements count (what runs inside the loop's reverse iterations)."""
     if isinstance(x, ir.Assign):
         out = set(rev(x))
         if x.target in lazy or isinstance(x.expr, (ir.Call, ir.MethodCall)) \
@@ -1017,7 +1018,8 @@ def _reverse_reads(x, rev, recompute, lazy, types, active):
         groups.append(recompute.get(x.id, ()))
     elif isinstance(x, ir.If):
         groups += [recompute.get(branch_key(x, 0), ()), recompute.get(branch_key(x, 1), ())]
-    return {n for g in groups for s in g for n in _reads(s.expr)} | set(stmt_reads(x))
+    own = set(stmt_reads(x)) if header else set()
+    return {n for g in groups for s in g for n in _reads(s.expr)} | own
 
 
 def _snapshots(fn, types, alias, distinct, pushes, reverse_reads):
@@ -1052,8 +1054,7 @@ def _snapshots(fn, types, alias, distinct, pushes, reverse_reads):
                 assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
                 read = {n for x in inside for n in reads(x)}
                 # (the loop's own recomputed statements run in its reverse iterations)
-                back = [reverse_reads(x) for x in inside] + [reverse_reads(dataclasses.replace(
-                    s, start=ir.Const(0), stop=ir.Const(0), step=ir.Const(1)))]
+                back = [reverse_reads(x) for x in inside] + [reverse_reads(s, header=False)]
                 back = None if any(b is None for b in back) else set().union(*back)
                 stored = {x.array for x in inside if isinstance(x, ir.Store)}
                 saved = []

@@ -761,13 +761,19 @@ class _Gen:
         out.indent += 1
         out.local.append({s.var})
         out.add(f"_op, _oa, _ob, _h{i} = _rv_next(_st{i}, _h{i})")
-        out.add("if _op == 0:    # LOAD slot _oa")
+        # op 6 (revolve.LOAD_TURN): LOAD slot _oa, then TURN step _ob
+        out.add(f"if _op == {revolve.LOAD} or _op == {revolve.LOAD_TURN}:  # LOAD slot _oa "
+                f"(6: then TURN step _ob)")
         for a in arrays:
             out.add(f"    {a} = _sr{i}_{a}[_oa]")
             out.add(f"    _copy_into({a}, _sv{i}_{a}[_oa])")
         for v in scalars:
             out.add(f"    {v} = _ss{i}_{v}[_oa]")
-        out.add("elif _op == 1:  # SAVE slot _oa")
+        if not arrays and not scalars:
+            out.add("    pass")
+        out.add(f"if _op == {revolve.LOAD_TURN}:")
+        out.add(f"    _op, _oa = {revolve.TURN}, _ob")
+        out.add(f"if _op == {revolve.SAVE}:  # SAVE slot _oa")
         for a in arrays:
             out.add(f"    if _oa == len(_sv{i}_{a}):")
             out.add(f"        _sr{i}_{a}.append({a})")
@@ -779,7 +785,7 @@ class _Gen:
             out.add(f"    _ss{i}_{v}[_oa] = {v}")
         if not arrays and not scalars:
             out.add("    pass")
-        out.add("elif _op == 2:  # ADVANCE through steps _oa .. _ob - 1")
+        out.add(f"elif _op == {revolve.ADVANCE}:  # ADVANCE through steps _oa .. _ob - 1")
         out.indent += 1
         out.add(f"for _a{i} in range(_oa, _ob):")
         out.indent += 1
@@ -787,7 +793,8 @@ class _Gen:
         with self.plainly():
             self.block_fwd(s.body, out, False)
         out.indent -= 2
-        out.add("else:           # TURN step _oa: its forward, saving, then its reverse")
+        out.add(f"elif _op == {revolve.TURN}:  # TURN step _oa: its forward, saving, then its "
+                f"reverse")
         out.indent += 1
         out.add(f"{s.var} = {s.start.src()} + _oa * {s.step.src()}")
         innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))

@@ -58,6 +58,7 @@ def _beta(s, r):
 # state), stored as four int64 (a, b, r, and kind, s, slot packed in 3 + 30 + 30 bits): on a
 # GPU every thread's stack lives in local memory, whose traffic this keeps small.
 RANGE, QUAD = 4, 5
+LOAD_TURN = 6       # what _rv_next returns for LOAD a then TURN b: the schedule's leaves
 STACK_SPARE = 8     # rows besides one per free slot: at most 4 operations and a QUAD or RANGE
 STACK_COLUMNS = 4
 _SLOT_BITS = 2 ** 30 - 1        # slot counts past 2**30 would not be allocated anyway
@@ -102,16 +103,15 @@ def _rv_next(stack, top):
         if kind < RANGE:
             return kind, a, b, top
         # Records are pushed in the reverse of the order they run in; each expansion begins
-        # with a LOAD, returned at once rather than pushed and popped.
-        if kind == QUAD or (kind == RANGE and s == 0 and b - a > 1):
+        # with a LOAD, returned at once rather than pushed and popped (with the TURN that
+        # follows it when nothing comes between: one record fewer per step in local memory).
+        if b - a == 1:
+            return LOAD_TURN, slot, a, top
+        if kind == QUAD or s == 0:
             # no free slot: the last step from the saved state, then the others
-            if b - a > 1:
-                top = _rv_push(stack, top, QUAD, a, b - 1, 0, slot, 0)
+            top = _rv_push(stack, top, QUAD, a, b - 1, 0, slot, 0)
             top = _rv_push(stack, top, TURN, b - 1, 0, 0, 0, 0)
-            if b - 1 > a:
-                top = _rv_push(stack, top, ADVANCE, a, b - 1, 0, 0, 0)
-        elif b - a == 1:
-            top = _rv_push(stack, top, TURN, a, 0, 0, 0, 0)
+            top = _rv_push(stack, top, ADVANCE, a, b - 1, 0, 0, 0)
         else:
             while rr > 0 and _beta(s, rr - 1) >= b - a:
                 rr -= 1
@@ -133,7 +133,11 @@ def _schedule(n, snaps):
     rows = []
     while top > 0:
         op, a, b, top = _rv_next(stack, top)
-        rows.append((op, a, b))
+        if op == LOAD_TURN:
+            rows.append((LOAD, a, 0))
+            rows.append((TURN, b, 0))
+        else:
+            rows.append((op, a, b))
     out = np.empty((len(rows), 3), np.int64)
     for k in range(len(rows)):
         out[k, 0] = rows[k][0]
