@@ -302,3 +302,15 @@ def test_a_while_loop_inside_a_checkpointed_step():
             assert nr.grad(_settle)(x, 6, snaps) == pytest.approx(
                 nr.grad(_settle_plain)(x, 6, snaps), rel=1e-12)
             check_grad(_settle, x, 6, snaps, argnums=0, rtol=1e-6)
+
+
+def _stateless(x, n):
+    y = 0.0
+    for t in nr.checkpointed(range(n), snapshots=2):
+        y = math.sin(x * (t + 1))          # nothing carried from one step to the next
+    return y * x
+
+
+def test_a_checkpointed_loop_that_carries_nothing():
+    for n in (0, 1, 5):
+        check_grad(_stateless, 0.7, n, argnums=0, rtol=1e-6)
