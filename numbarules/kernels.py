@@ -516,8 +516,15 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     if isinstance(target, rules.Rule) and target.kind == "non_differentiable":
         return codegen.CallPlan("nondiff")
     if isinstance(target, rules.Rule) and target.kind == "scalar":
-        pname = f"_partials_{re.sub(r'[^A-Za-z0-9]', '_', getattr(f, '__name__', 'f'))}_{id(target)}"
-        ns[pname] = cache.partials(target.impl)
+        # named after the function, numbered only when two rules of the same name meet in one
+        # kernel (np.sin and math.sin): the same name in every process, so nr.code reads the same
+        disp = cache.partials(target.impl)
+        base = f"_partials_{re.sub(r'[^A-Za-z0-9]', '_', getattr(f, '__name__', 'f'))}"
+        pname, k = base, 1
+        while ns.get(pname, disp) is not disp:
+            k += 1
+            pname = f"{base}_{k}"
+        ns[pname] = disp
         return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
     callee = specialize(target, argtypes, arg_mask, spec.bounds)
     info["callee"] = callee
