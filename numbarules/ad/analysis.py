@@ -1048,7 +1048,7 @@ def _snapshots(fn, types, alias, distinct, pushes, reverse_reads):
     def visit(block):
         made = {}          # as in _stores_into_fresh: made new here, untouched since
         for s in block:
-            # (a checkpointed loop keeps its state in its own slots: codegen.checkpointed_loop)
+            # (a checkpointed loop keeps its state in its own slots: checkpointing.py)
             if isinstance(s, ir.For) and s.snapshots is None:
                 inside = list(ir.walk(s.body))
                 assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
