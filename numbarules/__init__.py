@@ -37,6 +37,10 @@ def __getattr__(name):
     # nr.cuda needs numba-cuda, which is optional and slow to import: loaded on first use.
     if name == "cuda":
         import importlib
+        if not _cuda_hook.numba_cuda_installed():
+            raise ImportError(
+                "nr.cuda needs numba-cuda, NVIDIA's CUDA target for Numba: pip install "
+                "'numbarules[cuda]' (Numba's built-in numba.cuda is not supported)")
         return importlib.import_module(".cuda", __name__)
     raise AttributeError(f"module 'numbarules' has no attribute {name!r}")
 

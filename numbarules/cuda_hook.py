@@ -20,7 +20,19 @@ import sys
 _WATCHED = "numba.cuda"
 
 
+def numba_cuda_installed():
+    """Whether NVIDIA's numba-cuda is installed. Without it, ``numba.cuda`` is Numba's own
+    built-in target (still shipped by Numba 0.68), which numbarules.cuda does not support and
+    must leave alone: a user of it who imports numbarules keeps a working ``numba.cuda``."""
+    try:
+        return importlib.util.find_spec("numba_cuda") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def install():
+    if not numba_cuda_installed():
+        return
     if _WATCHED in sys.modules:
         _load()
     elif not any(isinstance(f, _Finder) for f in sys.meta_path):

@@ -79,15 +79,36 @@ def bench_numbarules(x, c, repeats):
     return t, out["g"][0].copy_to_host()
 
 
-def bench_jax(x, c, repeats):
+def jax_on_gpu():
+    """(jax, None) where JAX is installed and sees a GPU (float64 turned on), else (None, why)."""
     try:
         import jax
-        import jax.numpy as jnp
     except ImportError:
         return None, "jax is not installed"
     jax.config.update("jax_enable_x64", True)
     if not any(d.platform == "gpu" for d in jax.devices()):
         return None, "jax sees no GPU"
+    return jax, None
+
+
+def time_jax(jax, f, x, c, repeats):
+    """Best time of ``jit(vmap(grad(f)))`` in (x, c) at every point, and its gradients."""
+    g = jax.jit(jax.vmap(jax.grad(f, argnums=(0, 1))))
+    jx, jc = jax.numpy.asarray(x), jax.numpy.asarray(c)
+    out = {}
+
+    def run():
+        out["g"] = g(jx, jc)
+
+    t = best_of(run, lambda: out["g"][0].block_until_ready(), repeats)
+    return t, (np.asarray(out["g"][0]), np.asarray(out["g"][1]))
+
+
+def bench_jax(x, c, repeats):
+    jax, why = jax_on_gpu()
+    if jax is None:
+        return None, why
+    jnp = jax.numpy
 
     def f(x, c):
         v = 0.0
@@ -98,15 +119,8 @@ def bench_jax(x, c, repeats):
             x = x + h * v
         return 0.5 * v * v + (1.0 - jnp.cos(x))
 
-    g = jax.jit(jax.vmap(jax.grad(f, argnums=(0, 1))))
-    jx, jc = jnp.asarray(x), jnp.asarray(c)
-    out = {}
-
-    def run():
-        out["g"] = g(jx, jc)
-
-    t = best_of(run, lambda: out["g"][0].block_until_ready(), repeats)
-    return t, np.asarray(out["g"][0])
+    t, g = time_jax(jax, f, x, c, repeats)
+    return t, g[0]
 
 
 def bench_torch(x, c, repeats):

@@ -22,6 +22,7 @@ NUMBA_ENABLE_CUDASIM=1 too (a check of this script, nothing timed is meaningful)
 
 import argparse
 import math
+import os
 import re
 import sys
 import time
@@ -30,6 +31,9 @@ import numpy as np
 from numba import cuda
 
 import numbarules as nr
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cuda import best_of, gpu_problem, jax_on_gpu, time_jax  # noqa: E402
 
 H = 0.01
 
@@ -59,18 +63,6 @@ def pendulum_64(x, c, steps):
         v = v + H * a
         x = x + H * v
     return 0.5 * v * v + (1.0 - math.cos(x))
-
-
-def best_of(fn, sync, repeats):
-    fn()
-    sync()                          # warm-up: compiles
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def primal_kernel():
@@ -107,14 +99,10 @@ def tape_needed(f, arrays):
 
 
 def bench_jax(x, c, steps, repeats, remat):
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
-        return None, "jax is not installed"
-    jax.config.update("jax_enable_x64", True)
-    if not any(d.platform == "gpu" for d in jax.devices()):
-        return None, "jax sees no GPU"
+    jax, why = jax_on_gpu()
+    if jax is None:
+        return None, why
+    jnp = jax.numpy
 
     def f(x, c):
         def step(carry, _):
@@ -126,15 +114,7 @@ def bench_jax(x, c, steps, repeats, remat):
         (x, v), _ = jax.lax.scan(body, (x, 0.0 * x), None, length=steps)
         return 0.5 * v * v + (1.0 - jnp.cos(x))
 
-    g = jax.jit(jax.vmap(jax.grad(f, argnums=(0, 1))))
-    jx, jc = jnp.asarray(x), jnp.asarray(c)
-    out = {}
-
-    def run():
-        out["g"] = g(jx, jc)
-
-    t = best_of(run, lambda: out["g"][0].block_until_ready(), repeats)
-    return t, (np.asarray(out["g"][0]), np.asarray(out["g"][1]))
+    return time_jax(jax, f, x, c, repeats)
 
 
 def main(argv=None):
@@ -148,8 +128,6 @@ def main(argv=None):
     if args.smoke:
         args.n, args.steps, args.repeats = 64, 40, 1
     else:
-        sys.path.insert(0, __import__("os").path.dirname(__file__))
-        from bench_cuda import gpu_problem
         problem = gpu_problem()
         if problem is not None:
             print(f"bench_cuda_checkpoint: skipped, {problem}.")

@@ -237,19 +237,8 @@ def test_the_device_driver_of_value_and_grad_matches_the_cpu(case):
         assert rel_err(o, r) <= 1e-12
 
 
-def settle_checkpointed(x, n):
-    """A checkpointed step with a loop of unknown length inside: its turns save during the
-    reverse sweep, and a per-thread tape bound is needed for one step."""
-    for t in nr.checkpointed(range(n), snapshots=2):
-        k = 0
-        while x > 1.0 and k < 8:
-            x = 0.7 * x + 0.1 * math.sin(x)
-            k += 1
-        x = x * 1.9 + 0.05
-    return x
-
-
 def test_a_tape_overflow_inside_a_checkpointed_step_raises_too():
+    from cuda_zoo import settle_checkpointed
     x, n = np.linspace(0.2, 2.0, 8), np.full(8, 5, dtype=np.int64)
     with pytest.raises(nr.UnsupportedSyntaxError, match="tape="):
         nrc.map_grad(settle_checkpointed)(x, n)

@@ -179,6 +179,18 @@ def kicked_checkpointed(x, n):
     return x * (1.0 + 0.1 * k)
 
 
+def settle_checkpointed(x, n):
+    """A checkpointed step with a loop of unknown length inside: its turns save during the
+    reverse sweep, and a per-thread tape bound is needed for one step."""
+    for t in nr.checkpointed(range(n), snapshots=2):
+        k = 0
+        while x > 1.0 and k < 8:
+            x = 0.7 * x + 0.1 * math.sin(x)
+            k += 1
+        x = x * 1.9 + 0.05
+    return x
+
+
 @dataclass(frozen=True)
 class Case:
     f: object

@@ -263,50 +263,49 @@ def two_args_local(x, y):
 
 # --- the GPU benchmark --------------------------------------------------------------------------
 
-def test_the_benchmark_kernel_compiles_and_the_script_exits_cleanly_without_a_gpu():
+def _perf_module(name):
+    import sys
+    from pathlib import Path
+    folder = str(Path(__file__).resolve().parent.parent / "perf")
+    sys.path.insert(0, folder)
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(folder)
+
+
+def _run_without_gpu(script, *args):
+    """Run perf/``script``: without a GPU it must say so and exit 0 (on a GPU: its table)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "perf"))
-    try:
-        import bench_cuda
-    finally:
-        sys.path.remove(str(root / "perf"))
-    mg = nrc.map_grad(bench_cuda.oscillator, argnums=(0, 1))
-    kernel = mg.kernel_for(types.float64, types.float64)
-    ptx_of(kernel, (types.float64[::1],) * 2 + (types.int64[::1],) + (types.float64[::1],) * 2)
-    proc = subprocess.run([sys.executable, str(root / "perf" / "bench_cuda.py"), "--n", "1000"],
+    proc = subprocess.run([sys.executable, str(root / "perf" / script), *args],
                           env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    # Here (no GPU): a clear message and status 0; on a GPU machine, the table.
-    assert ("bench_cuda: skipped" in proc.stdout and "GPU" in proc.stdout) or (
-        "numbarules map_grad" in proc.stdout)
+    return proc.stdout
+
+
+def test_the_benchmark_kernel_compiles_and_the_script_exits_cleanly_without_a_gpu():
+    bench_cuda = _perf_module("bench_cuda")
+    mg = nrc.map_grad(bench_cuda.oscillator, argnums=(0, 1))
+    kernel = mg.kernel_for(types.float64, types.float64)
+    ptx_of(kernel, (types.float64[::1],) * 2 + (types.int64[::1],) + (types.float64[::1],) * 2)
+    out = _run_without_gpu("bench_cuda.py", "--n", "1000")
+    assert ("bench_cuda: skipped" in out and "GPU" in out) or "numbarules map_grad" in out
 
 
 def test_the_checkpoint_benchmark_compiles_and_exits_cleanly_without_a_gpu():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "perf"))
-    try:
-        import bench_cuda_checkpoint as bench
-    finally:
-        sys.path.remove(str(root / "perf"))
+    bench = _perf_module("bench_cuda_checkpoint")
     for f, tape in ((bench.pendulum, 64), (bench.pendulum_16, 0), (bench.pendulum_64, 0)):
         kernel = nrc.map_grad(f, argnums=(0, 1), tape=tape).kernel_for(
             types.float64, types.float64, types.int64)
         ptx_of(kernel, (types.float64[::1],) * 2 + (types.int64[::1],)
                + (types.float64[::1],) * 2 + (types.int64[::1],))
-    proc = subprocess.run([sys.executable, str(root / "perf" / "bench_cuda_checkpoint.py"),
-                           "--n", "1000"], env=dict(os.environ, PYTHONPATH=str(root)),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert ("skipped" in proc.stdout and "GPU" in proc.stdout) or "checkpointed" in proc.stdout
+    out = _run_without_gpu("bench_cuda_checkpoint.py", "--n", "1000")
+    assert ("skipped" in out and "GPU" in out) or "checkpointed" in out
 
 
 # --- more of what device code supports -----------------------------------------------------------
