@@ -294,3 +294,34 @@ def _stateless(x, n):
 def test_a_checkpointed_loop_that_carries_nothing():
     for n in (0, 1, 5):
         check_grad(_stateless, 0.7, n, argnums=0, rtol=1e-6)
+
+
+def _read_then_swapped(x, y, n):
+    u = x * 1.0
+    for t in nr.checkpointed(range(n), snapshots=0):
+        u = u * (1.0 - 0.1 * u) + y  # the steps read y, which they do not set
+    for i in range(2):
+        x, y = y, x                  # y set again after the loop, in a loop
+        x = x * 0.5 + 0.1
+    return u + y * x
+
+
+def _read_then_swapped_plain(x, y, n):
+    u = x * 1.0
+    for t in range(n):
+        u = u * (1.0 - 0.1 * u) + y
+    for i in range(2):
+        x, y = y, x
+        x = x * 0.5 + 0.1
+    return u + y * x
+
+
+def test_what_the_steps_read_from_outside_is_restored_for_their_second_run():
+    # found by the fuzzer (seed 29200, program 123): y was not saved where the swap overwrote
+    # it, and the reverse re-ran the steps with the swapped value: silently wrong (-2.29 for
+    # -1.76). The steps' outside reads are reverse reads (analysis._checkpoint_reads).
+    for n in (1, 4):
+        got = nr.grad(_read_then_swapped, argnums=(0, 1))(0.7, -0.4, n)
+        want = nr.grad(_read_then_swapped_plain, argnums=(0, 1))(0.7, -0.4, n)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        check_grad(_read_then_swapped, 0.7, -0.4, n, argnums=(0, 1), rtol=1e-6)

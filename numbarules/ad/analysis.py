@@ -875,6 +875,8 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
                 pending = pending | {a.id for a in (s.start, s.step) if isinstance(a, ir.Name)}
                 pending = pending | (_recompute_operands(recompute.get(s.id, ()),
                                                          recomputed_targets) - {s.var})
+                if s.snapshots is not None:
+                    pending = pending | _checkpoint_reads(s)
                 # The reverse loop sets the loop variable itself; only its value from before
                 # the loop needs restoring.
                 if s.var in pending and scalar(s.var):
@@ -1116,6 +1118,19 @@ def _rev_reads(s, active, callee_reads, quotients):
     return frozenset()
 
 
+def _checkpoint_reads(loop):
+    """What the reverse of checkpointed loop ``loop`` reads from outside it: its steps run again
+    there (ADVANCE, TURN), so every name they read and do not set themselves must hold its value
+    of then, whatever a later statement assigns it (found by the fuzzer, 2026-12-04: `x, t = t,
+    x` after a loop reading t; t was not saved, the steps re-ran with the swapped value)."""
+    inside = list(ir.walk(loop.body))
+    assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
+    assigned |= {x.var for x in inside if isinstance(x, ir.For)} | {loop.var}
+    out = {n for x in inside for n in stmt_reads(x) if n not in assigned}
+    return out | {a.id for a in (loop.start, loop.stop, loop.step, loop.snapshots)
+                  if isinstance(a, ir.Name)}
+
+
 def _needed(stmts, active, recompute, callee_reads, tests, quotients):
     """Names whose primal values the reverse pass reads (directly or to recompute)."""
     need = set(tests)
@@ -1126,6 +1141,8 @@ def _needed(stmts, active, recompute, callee_reads, tests, quotients):
             need.update(a.id for a in ir.index_atoms(s.index) if isinstance(a, ir.Name))
         elif isinstance(s, ir.For):
             need.update(a.id for a in (s.start, s.step) if isinstance(a, ir.Name))
+            if s.snapshots is not None:
+                need.update(_checkpoint_reads(s))
     # Recomputed statements need their own operands.
     by_target = {s.target: s for group in recompute.values() for s in group}
     frontier = [n for n in need if n in by_target]
