@@ -21,8 +21,10 @@ besides the forward, then turned); with 20 slots r = 4 (3.7 advances per step, m
 
 Peak memory: ``snaps + 1`` states and one step's tape, whatever ``n``.
 
-The schedule is an int64 array of rows (op, a, b), made in compiled code before the reverse loop
-(``_schedule(n, snaps)``) so a checkpointed function differentiates inside other compiled code.
+The pullback makes the schedule one operation at a time in compiled code (``_rv_start``,
+``_rv_next``, below), so a checkpointed function differentiates inside other compiled code and in
+device code, where nothing can be allocated; ``_schedule(n, snaps)`` collects the rows (op, a, b)
+for tests.
 """
 
 import math
