@@ -122,8 +122,11 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=262_144, help="threads (trajectories)")
     parser.add_argument("--steps", type=int, default=2000, help="time steps per trajectory")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="65,536 threads, 500 steps")
     parser.add_argument("--smoke", action="store_true", help="a tiny run that checks the script")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.steps, args.repeats = min(args.n, 65_536), min(args.steps, 500), 3
     from numba import config
     if args.smoke:
         args.n, args.steps, args.repeats = 64, 40, 1
