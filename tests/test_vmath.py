@@ -325,3 +325,22 @@ def test_loops_are_vectorized():
     assert numba.typeof(x) == types.Array(types.float64, 1, "C")
     for f in (vm.tanh, vm.exp, _scalar_loop):
         assert _vector_registers(f, x) > 50, f"{f.py_func.__name__} did not vectorize"
+
+
+# ---- Numba's disk cache -------------------------------------------------------------------------
+
+def test_the_array_functions_load_from_numbas_cache_in_a_later_process(tmp_path):
+    """tanh and exp are library code, the same in every process: the second process loads them
+    from Numba's cache instead of compiling them (about a second each)."""
+    import os
+    import subprocess
+    import sys
+    child = ("import numpy as np\n"
+             "from numbarules.primitives import vmath\n"
+             "x = np.linspace(-3, 3, 7)\n"
+             "assert np.allclose(vmath.tanh(x), np.tanh(x)) and np.allclose(vmath.exp(x.T), np.exp(x))\n"
+             "print(vmath.tanh.stats.cache_hits.total() + vmath.exp.stats.cache_hits.total())\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    hits = [int(subprocess.run([sys.executable, "-c", child], env=env, check=True,
+                               capture_output=True, text=True).stdout) for _ in range(2)]
+    assert hits == [0, 2], hits

@@ -174,35 +174,50 @@ def _require_float_array_typing(x):
     return lambda x: None
 
 
-def _elementwise(scalar, name):
-    def apply(x):
-        _require_float_array(x)
-        # No contiguous copy of x when it is C-contiguous: a second large temporary per call
-        # made glibc hand its memory back and page-fault it in again (3x slower). Otherwise the
-        # copy is the output, computed in place. One loop: ``scalar`` is inlined, and a second
-        # copy of it doubles the compile time. x.copy() rather than out[...] = x: slice
-        # assignment from an array compiles Numba's shape-mismatch message on first use, seconds
-        # per process.
-        if x.flags.c_contiguous:
-            out = np.empty(x.shape, x.dtype)
-            src = np.ascontiguousarray(x).ravel()  # a view: no copy for C-contiguous x
-        else:
-            out = x.copy()
-            src = out.ravel()
-        flat = out.reshape(out.size)
-        for i in range(flat.size):
-            flat[i] = scalar(src[i])
-        return out
+@numba.njit(inline="always")
+def _output_for(x):
+    """(out, src, flat): a new C-contiguous array of x's shape and dtype, x's elements as a 1-d
+    array, and out as a 1-d view, for a loop ``flat[i] = f(src[i])``.
 
-    apply.__name__ = apply.__qualname__ = name
-    apply.__doc__ = (
-        f"Element-wise {name} of a float32 or float64 array of any shape and layout (0-d too).\n\n"
-        "Returns a new C-contiguous array of x's shape and dtype; float32 is computed in float64."
-    )
-    # error_model="numpy": Python's would guard each division with a ZeroDivisionError branch,
-    # which stops the loop from vectorizing.
-    return numba.njit(error_model="numpy")(apply)
+    No contiguous copy of x when it is C-contiguous: a second large temporary per call made glibc
+    hand its memory back and page-fault it in again (3x slower). Otherwise the copy is the output,
+    computed in place. x.copy() rather than out[...] = x: slice assignment from an array compiles
+    Numba's shape-mismatch message on first use, seconds per process."""
+    _require_float_array(x)
+    if x.flags.c_contiguous:
+        out = np.empty(x.shape, x.dtype)
+        src = np.ascontiguousarray(x).ravel()  # a view: no copy for C-contiguous x
+    else:
+        out = x.copy()
+        src = out.ravel()
+    return out, src, out.reshape(out.size)
 
 
-tanh = _elementwise(tanh1, "tanh")
-exp = _elementwise(exp1, "exp")
+# The two array functions are written out rather than made by one factory: Numba's disk cache
+# (cache=True) keys a closure on its cells' contents, which differ in every process, so a closure
+# would never be loaded from it. One loop each: the scalar function is inlined, and a second copy
+# of it doubles the compile time. error_model="numpy": Python's would guard each division with a
+# ZeroDivisionError branch, which stops the loop from vectorizing. cache=True: these are library
+# code, the same in every process; the first process that uses a signature compiles it (about a
+# second) and later ones load it (docs/numba-internals.md).
+
+@numba.njit(error_model="numpy", cache=True)
+def tanh(x):
+    """Element-wise tanh of a float32 or float64 array of any shape and layout (0-d too).
+
+    Returns a new C-contiguous array of x's shape and dtype; float32 is computed in float64."""
+    out, src, flat = _output_for(x)
+    for i in range(flat.size):
+        flat[i] = tanh1(src[i])
+    return out
+
+
+@numba.njit(error_model="numpy", cache=True)
+def exp(x):
+    """Element-wise exp of a float32 or float64 array of any shape and layout (0-d too).
+
+    Returns a new C-contiguous array of x's shape and dtype; float32 is computed in float64."""
+    out, src, flat = _output_for(x)
+    for i in range(flat.size):
+        flat[i] = exp1(src[i])
+    return out
