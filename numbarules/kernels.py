@@ -10,7 +10,6 @@ compiled against them.
 
 import dataclasses
 import inspect
-import itertools
 import linecache
 import math
 import re
@@ -32,8 +31,23 @@ _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_li
 # A specialization is held by its target (the function, method or rule: numbarules.registry),
 # in its table "_nr_ad": (argtypes, mask, bounds) -> Spec; _LIVE enumerates them.
 _LIVE = registry.Alive()
-_ids = itertools.count(1)
+# Kernel names: the function's name, then _2, _3, ... for its next specializations in this
+# process, so that ``nr.code`` in a fresh process shows the same names every time.
+_names = set()
+_names_lock = threading.Lock()
 _BUILD = threading.local()   # .stack: specializations being built in this thread, outermost first
+
+
+def _fresh_name(base):
+    """``base``, or ``base_2``, ``base_3``, ... if taken: unique in the process (callers' kernels
+    name their callees' in one namespace), deterministic for a given order of specializations."""
+    with _names_lock:
+        name, k = base, 1
+        while name in _names:
+            k += 1
+            name = f"{base}_{k}"
+        _names.add(name)
+        return name
 
 
 def _building():
@@ -138,7 +152,7 @@ def specialize(target, argtypes, mask, bounds=False):
         func = target.impl if target.kind == "rrule" else target.function
     else:
         func = target.func if isinstance(target, Method) else target
-    name = re.sub(r"\W", "_", f"{getattr(func, '__name__', 'rule')}_{next(_ids)}")
+    name = _fresh_name(re.sub(r"\W", "_", getattr(func, "__name__", "rule")))
     spec = specs[key] = Spec(key, target, func, name)
     _LIVE.add(spec)
     spec.bounds = bool(bounds)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from numba import types as nbt
 
-from . import fusion, ir
+from . import fusion, ir, simplify
 from .checkpointing import CheckpointedLoops
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
@@ -1342,9 +1342,22 @@ class _Gen(CheckpointedLoops):
             self.whole_tangents, self.whole_value = tuple(self.pullback_tangents), "_y"
         else:
             whole = None
+        drop = simplify.drop_dead_inits
+        fwd, bwd = drop(fwd), drop(bwd)
+        fused, whole = fused and drop(fused), whole and drop(whole)
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes), whole,
-                       tuple(self.whole_body), self.whole_tangents, self.whole_value, changes)
+                       self.simplified_whole_body(), self.whole_tangents, self.whole_value,
+                       changes)
+
+    def simplified_whole_body(self):
+        """``whole_body`` without the declarations ``drop_dead_inits`` drops from the whole
+        kernel (the entry's driver is built from these lines and its own return)."""
+        if not self.whole_body:
+            return ()
+        ret = f"    return ({self.whole_value}, {''.join(t + ', ' for t in self.whole_tangents)})"
+        text = "def _w():\n" + "\n".join(self.whole_body) + "\n" + ret + "\n"
+        return tuple(simplify.drop_dead_inits(text).split("\n")[1:-2])
 
     def whole_vjp(self):
         """The forward's statements, then the pullback's, in one function: one kernel to compile
@@ -1421,7 +1434,7 @@ def _first_push_line(stmts, plan):
 
 def generate_device(fn, types, plan, name, mask, capacity):
     """Source of the device vjp ``vjp_<name>`` (see ``_Gen.device_vjp``)."""
-    return _Gen(fn, types, plan, name, mask).device_vjp(capacity)
+    return simplify.drop_dead_inits(_Gen(fn, types, plan, name, mask).device_vjp(capacity))
 
 
 def shape_checks(tangent, arg, arg_type, tangent_type, label, what):
