@@ -207,6 +207,11 @@ def _decide(node, f, sig, kind, outcome, argtypes=None):
         node, {})[kind] = outcome
 
 
+def decisions_hold(decisions):
+    """Whether every decision (as ``_decide`` takes them) comes out the same now."""
+    return all(_outcome(f, sig, kind) is outcome for f, sig, kind, outcome, *_ in decisions)
+
+
 def _outcome(f, sig, kind):
     try:
         return f.resolve(sig) if kind == "method" else rules.lookup(f, sig)

@@ -8,6 +8,7 @@ or rule that changes one of them drops exactly the kernels generated from it, an
 compiled against them.
 """
 
+import contextlib
 import dataclasses
 import inspect
 import linecache
@@ -196,13 +197,14 @@ def _build(spec, argtypes, mask):
     def classify(call, arg_mask, stmt):
         return _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees)
 
-    _refuse_argument_writes(fn, types)
-    _refuse_writes_through_returned_views(spec, fn, types)
-    with profile.phase(profile.ANALYSE):
-        spec.plan = analysis.plan(fn, types, mask, classify)
+    with _probe_decisions() as probed:
+        _refuse_argument_writes(fn, types)
+        _refuse_writes_through_returned_views(spec, fn, types)
+        with profile.phase(profile.ANALYSE):
+            spec.plan = analysis.plan(fn, types, mask, classify)
     with profile.phase(profile.GENERATE):
         spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
-    spec.node = cache.engine_node(f"AD {spec.name}", decisions, callees, spec.drop)
+    spec.node = cache.engine_node(f"AD {spec.name}", decisions + probed, callees, spec.drop)
     if spec.kernels.whole is not None and not getattr(spec, "recursive", False):
         # One kernel for forward and reverse (see codegen.whole_vjp). Recursive functions keep
         # the vjp that calls the two kernels: Numba types their recursion through it.
@@ -706,17 +708,47 @@ def _probe_callee(call, types, table, probe):
     if not any(analysis.is_array(t) for t in argtypes) or None in argtypes:
         return ()
     try:
-        target, _ = target_for(call.func, argtypes)
+        target, made = target_for(call.func, argtypes)
     except Exception:       # noqa: BLE001 - dispatch errors are reported where the call is made
         return ()
+    _note_probe_decisions(made)
     if isinstance(target, rules.Rule):
         return ()
     func = target.func if isinstance(target, Method) else target
     known = table.setdefault(func, {})
-    if argtypes not in known:
-        known[argtypes] = ()      # a recursive call while this one is worked out
-        known[argtypes] = probe(func, argtypes)
-    return known[argtypes]
+    found = known.get(argtypes)
+    if found is not None and cache.decisions_hold(found[1]):
+        _note_probe_decisions(found[1])
+        return found[0]
+    known[argtypes] = ((), ())      # a recursive call while this one is worked out
+    with _probe_decisions() as inner:
+        positions = probe(func, argtypes)
+    known[argtypes] = (positions, tuple(inner))
+    _note_probe_decisions(inner)
+    return positions
+
+
+# What a probe found depends on the methods and rules its callee's calls dispatched to: a method
+# added later (one that writes into its argument) changes the answer. The dispatch decisions a
+# probe made, its nested probes' included, are kept with its memo entry (checked on each use)
+# and handed to every specialization being built (its node's backedges: kernels._build).
+_PROBES = threading.local()    # .stack: lists collecting probe decisions, innermost last
+
+
+@contextlib.contextmanager
+def _probe_decisions():
+    stack = _PROBES.__dict__.setdefault("stack", [])
+    found = []
+    stack.append(found)
+    try:
+        yield found
+    finally:
+        stack.pop()
+
+
+def _note_probe_decisions(decisions):
+    for found in getattr(_PROBES, "stack", ()):
+        found.extend(decisions)
 
 
 def _callee_types(func, argtypes):
@@ -733,7 +765,7 @@ def _callee_types(func, argtypes):
     return fn, types
 
 
-_WRITTEN = weakref.WeakKeyDictionary()    # function -> {argument types: positions}
+_WRITTEN = weakref.WeakKeyDictionary()  # function -> {argument types: (positions, decisions)}
 
 
 def _arguments_written_by(func, argtypes):
@@ -802,7 +834,7 @@ def _returned_views(call, types):
     return _probe_callee(call, types, _VIEW_RETURNS, _views_returned_by)
 
 
-_VIEW_RETURNS = weakref.WeakKeyDictionary()    # function -> {argument types: positions}
+_VIEW_RETURNS = weakref.WeakKeyDictionary()  # function -> {argtypes: (positions, decisions)}
 
 #: Library functions whose result may share memory with their first argument (in Numba as in
 #: NumPy): a write into it changes the argument too.

@@ -3,6 +3,7 @@ import threading
 
 import numba
 import numpy as np
+import pytest
 
 import numbarules as nr
 
@@ -213,3 +214,81 @@ def test_concurrent_calls_while_methods_are_added():
     allowed = {float: {10.0, 20.0}, int: {10.0, 30.0}, np.float32: {10.0, 40.0}}
     assert all(v in allowed[t] for t, v in seen)
     assert [g(x) for x in xs] == [20.0, 30.0, 40.0]
+
+
+# --- what the AD engine learned from a callee's body follows later methods -----------------------
+
+def test_a_method_added_later_that_writes_into_an_argument_reaches_a_caller_through_a_helper():
+    """f passes its scratch array to a plain helper that calls a generic function. When a
+    method that fills the array is added after the first gradient, the helper now writes into
+    f's array: the gradient must follow (here: refuse, as a fresh process does), not keep the
+    answer the first probe of the helper's body gave (it returned [2, 2.22, 2.89, 4] for a true
+    gradient of [2, 2, 2, 2]). Same for a new gradient object."""
+    @nr.generic
+    def fill(buf: nr.Vector[nr.Float64], c: nr.Real):
+        return 0.0
+
+    def wrap(buf, c):
+        return fill(buf, c)
+
+    def f(x):
+        buf = np.zeros(x.shape[0])
+        k = wrap(buf, 1.0)
+        s = 0.0
+        for i in range(x.shape[0]):
+            buf[i] = x[i] * x[i]
+        k = wrap(buf, 2.0)
+        for i in range(x.shape[0]):
+            s += buf[i] * x[i]
+        return s
+
+    x = np.linspace(0.0, 1.0, 4)
+    g = nr.grad(f)
+    np.testing.assert_allclose(g(x), 3 * x ** 2)
+
+    @fill.method
+    def fill(buf: nr.Vector[nr.Float64], c: nr.Float64):
+        for i in range(buf.shape[0]):
+            buf[i] = c
+        return 0.0
+
+    def calls_f(x):
+        return f(x)
+
+    assert f(x) == 4.0
+    for grad in (g, nr.grad(f), nr.grad(calls_f)):
+        with pytest.raises(nr.UnsupportedSyntaxError, match="call of wrap writes into its array"):
+            grad(x)
+
+
+def test_a_method_added_later_that_returns_a_view_reaches_a_caller_through_a_helper():
+    """As above, for a callee that starts returning a view of its argument: a write through the
+    result then writes into the caller's array, which the gradient must not miss."""
+    @nr.generic
+    def pick(v: nr.Vector[nr.Real]):
+        return v.copy()
+
+    def wrap(v):
+        return pick(v)
+
+    def f(x):
+        a = x * 1.0
+        r = wrap(a)
+        r[0] = 0.0
+        return np.sum(a * x)
+
+    x = np.linspace(0.5, 1.5, 3)
+    g = nr.grad(f)
+    np.testing.assert_allclose(g(x), 2 * x)
+
+    @pick.method
+    def pick(v: nr.Vector[nr.Float64]):
+        return v[0:]
+
+    def calls_f(x):
+        return f(x)
+
+    assert f(x) == pytest.approx(np.sum(x[1:] ** 2))
+    for grad in (g, nr.grad(f), nr.grad(calls_f)):
+        with pytest.raises(nr.UnsupportedSyntaxError, match="shares memory with the array"):
+            grad(x)
