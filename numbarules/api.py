@@ -1,8 +1,8 @@
 """The differentiation API: grad, value_and_grad, pullback, code, ad_stats.
 
 ``nr.grad(f)`` and ``nr.value_and_grad(f)`` are gradient objects. Like generic functions they are
-callable from Python (a direct jump into a compiled driver, per argument types) and from compiled
-code, where the call is resolved while the caller is typed. The driver runs the forward kernel
+callable from Python (a thin Python wrapper for keywords and errors, then Numba's C dispatcher
+jumps into the compiled entry for the argument types) and from compiled code, where the call is resolved while the caller is typed. The driver runs the forward kernel
 and the pullback kernel in one compiled function, so residuals never cross into Python.
 """
 

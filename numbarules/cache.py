@@ -603,6 +603,21 @@ def _prepare(func):
     return prepared
 
 
+def global_names(func):
+    """The global names ``func`` (and the functions defined in it) load.
+
+    Global loads only: ``co_names`` also holds attribute names, and ``np.concatenate`` inside a
+    module-level ``def concatenate`` must not make the function call itself."""
+    names = set()
+    stack = [func.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(i.argval for i in dis.get_instructions(code)
+                     if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+        stack += [c for c in code.co_consts if inspect.iscode(c)]
+    return names
+
+
 def _prepare_deferred(func):
     """(``func`` rebuilt over its own copy of its globals, a function that swaps the plain
     Python functions it names for their nr.jit versions in that copy).
@@ -611,16 +626,9 @@ def _prepare_deferred(func):
     a plain function that calls itself (or one that calls it back) then finds it, instead of
     preparing the same function again forever.
     """
-    names = set()
-    stack = [func.__code__]
-    while stack:
-        code = stack.pop()
-        # Global loads only: co_names also holds attribute names, and `np.concatenate` inside a
-        # module-level `def concatenate` must not make the function call itself.
-        names.update(i.argval for i in dis.get_instructions(code)
-                     if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
-        stack += [c for c in code.co_consts if inspect.iscode(c)]
-    from .primitives import arrays     # not at the top: primitives register rules through api
+    names = global_names(func)
+    from .primitives import arrays     # not at the top: importing numbarules.primitives registers
+    #                                    every built-in rule, once the core modules are loaded
     glb = func.__globals__
     swaps = {n: glb[n] for n in names if n in glb and is_plain(glb[n])}
     # NumPy as numbarules compiles it (np.max(x, axis): primitives/arrays.py), swapped at once
@@ -725,6 +733,16 @@ def cache_info(f=None):
 _TABLES = ("_nr_ad", "_nr_compiled", "_nr_jit", "_nr_gradients", "_nr_decisions", "_nr_nodes")
 
 
+_CLEAR_HOOKS = []
+
+
+def on_clear(hook):
+    """Have ``clear_cache`` call ``hook(owners)`` at its end: ``owners`` the objects holding what
+    was compiled for ``f`` (``clear_cache(f)``), or None (everything). For tables kept outside
+    the owners' own (the CUDA target's), so that they let go of what they hold too."""
+    _CLEAR_HOOKS.append(hook)
+
+
 def clear_cache(f=None, disk=False):
     """Drop every compiled specialization and reset the counters; with ``disk=True`` also empty
     the on-disk kernel cache (what ``numbarules cache clear`` does).
@@ -747,12 +765,16 @@ def clear_cache(f=None, disk=False):
                     found = registry.peek(o, name)
                     if found is not None and name != "_nr_decisions":
                         found.clear()
+            for hook in _CLEAR_HOOKS:
+                hook(owners)
             return
         invalidate(all_nodes())
         registry.clear(_TABLES)
         _counts.clear()
         _by_function.clear()
         _by_owner.clear()
+        for hook in _CLEAR_HOOKS:
+            hook(None)
 
 
 def _owners_of(f):

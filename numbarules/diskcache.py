@@ -43,7 +43,6 @@ from . import numba_glue
 
 MAGIC = b"NRK1"
 _VARIANTS_KEPT = 4
-_counts = {"disk_hits": 0, "disk_writes": 0, "disk_discarded": 0}
 
 
 # --- settings ------------------------------------------------------------------------------------
@@ -538,7 +537,6 @@ def load(key, valid):
 
 
 def discard(path, why):
-    _counts["disk_discarded"] += 1
     warnings.warn(f"numbarules: discarding the corrupt cache file {path} ({why}); "
                   f"the kernel is compiled again", RuntimeWarning, stacklevel=3)
     try:
@@ -572,7 +570,6 @@ def save(key, meta, payload):
         warnings.warn(f"numbarules: could not write the kernel cache in {folder}: {exc}",
                       RuntimeWarning, stacklevel=3)
         return None
-    _counts["disk_writes"] += 1
     for old in [p for p in existing if p != final][_VARIANTS_KEPT - 1:]:
         try:
             os.remove(old)
@@ -607,11 +604,3 @@ def clear():
             pass
     return removed
 
-
-def counts():
-    return dict(_counts)
-
-
-def reset_counts():
-    for k in _counts:
-        _counts[k] = 0

@@ -255,3 +255,46 @@ def test_non_differentiable_and_opt_out_on_the_device():
     x = np.linspace(-0.5, 1.5, 8)
     np.testing.assert_allclose(nrc.map_grad(declared)(x).copy_to_host(),
                                np.clip(x, 0.0, 1.0) + 2.0 * x, rtol=1e-12)
+
+
+def _sq_for_clear(x):
+    return x * x + 1.0
+
+
+def test_clear_cache_lets_go_of_what_the_device_tables_hold():
+    """The device tables (device specializations, helpers, map_grad and tape gradients, device
+    vjps) live in cuda/, not on their owners: nr.clear_cache(f) and nr.clear_cache() reach them,
+    and a function given to map_grad is freed afterwards."""
+    import gc
+    import sys
+    import weakref
+    from numbarules.cuda import gradients as g_mod, methods
+    m_mod = sys.modules["numbarules.cuda.map_grad"]     # the package exports the function
+
+    @nr.generic
+    def act(x: nr.Float64):
+        return 2.0 * x
+
+    def f(x):
+        return act(x) * x
+
+    x = np.linspace(0.1, 1.0, 4)
+    np.testing.assert_allclose(nrc.map_grad(f)(x).copy_to_host(), 4.0 * x)
+    np.testing.assert_allclose(nrc.map_grad(_sq_for_clear)(x).copy_to_host(), 2.0 * x)
+    assert any(k[0] is f for k in m_mod._MAPS)
+    nr.clear_cache(f)
+    assert not any(k[0] is f for k in m_mod._MAPS)
+    assert not any(getattr(k[0], "func", None) is f for k in g_mod._VJPS)
+    assert any(k[0] is _sq_for_clear for k in m_mod._MAPS)     # others' entries stay
+    np.testing.assert_allclose(nrc.map_grad(f)(x).copy_to_host(), 4.0 * x)   # and work again
+
+    nr.clear_cache(act)
+    assert not any(getattr(k[0], "function", None) is act for k in methods._SPECS)
+
+    ref = weakref.ref(f)
+    del f
+    nr.clear_cache()
+    for table in (methods._SPECS, methods._HELPERS, g_mod._GRADIENTS, g_mod._VJPS, m_mod._MAPS):
+        assert not table
+    gc.collect()
+    assert ref() is None

@@ -16,6 +16,37 @@ from ..dispatch import GenericFunction
 from . import glue, gradients as _grad, methods
 from .map_grad import map_grad
 from .gradients import grad, value_and_grad
+import sys as _sys
+
+from .. import cache as _cache
+
+# the module, not the function of the same name this package exports
+_map_grad_module = _sys.modules[__name__ + ".map_grad"]
+
+
+def _forget(owners):
+    """``nr.clear_cache`` for the device tables, which live here rather than on their owners:
+    everything (``owners`` None) or what is held for ``owners`` (a function, its methods, rules
+    and gradient objects)."""
+    tables = (methods._SPECS, methods._HELPERS, _grad._GRADIENTS, _grad._VJPS,
+              _map_grad_module._MAPS)
+    if owners is None:
+        for table in tables:
+            table.clear()
+        return
+    held = {id(o) for o in owners}
+
+    def about(key):
+        first = key[0] if isinstance(key, tuple) else key
+        spec_target = getattr(first, "target", None), getattr(first, "func", None)
+        return id(first) in held or any(id(t) in held for t in spec_target if t is not None)
+
+    for table in tables:
+        for key in [k for k in list(table) if about(k)]:
+            table.pop(key, None)
+
+
+_cache.on_clear(_forget)
 
 if glue.SIMULATOR:
     from . import simulator  # noqa: F401 - simulator arrays passed to compiled CPU code

@@ -15,7 +15,6 @@ A user's own ``@cuda.jit`` kernel is a dispatcher we do not own: like a plain ``
 function it keeps the decisions it was compiled with.
 """
 
-import inspect
 import threading
 
 from .. import cache, numba_glue
@@ -192,12 +191,7 @@ def device_namespace(ns):
 
 def prepare(func):
     """``func`` with the names device code cannot call as they are replaced (``device_value``)."""
-    names = set()
-    stack = [func.__code__]
-    while stack:
-        code = stack.pop()
-        names.update(code.co_names)
-        stack += [c for c in code.co_consts if inspect.iscode(c)]
+    names = cache.global_names(func)
     glb = func.__globals__
     swaps = {n: device_value(glb[n]) for n in names if n in glb}
     swaps = {n: v for n, v in swaps.items() if v is not glb[n]}
