@@ -102,7 +102,7 @@ class CheckpointedLoops:
             out.add(f"_cv{s.id}_{a} = {a}.copy()")
         for v in scalars:
             out.add(f"_cv{s.id}_{v} = {v}")
-        out.add(f"for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
+        out.add(f"for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:")
         with self.plainly():
             self.nested(s.body, out, False)
         # the lists and tapes the pullback's steps use are made here (tape_inits): emit a step

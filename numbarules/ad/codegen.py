@@ -558,7 +558,7 @@ class _Gen(CheckpointedLoops):
                     # a tape of a hundred MB by doubling costs more than the sweeps (a hint:
                     # were the arrays to grow, _push_view still grows the tape)
                     out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * ({sizes}))")
-            out.add(f"for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
+            out.add(f"for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:")
             self.nested(s.body, out, innermost)
         elif isinstance(s, ir.While):
             relevant = id(s) in self.plan.reverse_relevant and not self.plain
@@ -858,8 +858,7 @@ class _Gen(CheckpointedLoops):
         if tape:
             # The tape is empty at each iteration's start and end: it holds one iteration.
             out.comment(fn, loop.line)
-            out.add(f"for {loop.var} in range({loop.start.src()}, {loop.stop.src()}, "
-                    f"{loop.step.src()}):")
+            out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
             out.indent += 1
             # (What the reverse would recompute per iteration still holds its forward value.)
             self.block_fwd(loop.body, out, reserved=False)
@@ -888,7 +887,7 @@ class _Gen(CheckpointedLoops):
 
     def fused_loop(self, loop, out):
         out.comment(self.fn, loop.line)
-        out.add(f"for {loop.var} in range({loop.start.src()}, {loop.stop.src()}, {loop.step.src()}):")
+        out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
         out.indent += 1
         n = len(out.lines)
         for s in loop.body:
@@ -1031,7 +1030,7 @@ class _Gen(CheckpointedLoops):
             out.add(f"while {j} >= 0:")
             out.indent += 1
             out.local.append({s.var})
-            out.add(f"{s.var} = {s.start.src()} + {j} * {s.step.src()}")
+            out.add(f"{s.var} = {ir.affine_src(s.start, j, s.step)}")
             self.recompute(s, out)
             self.block_rev(s.body, out)
             out.add(f"{j} -= 1")
@@ -1342,13 +1341,16 @@ class _Gen(CheckpointedLoops):
             self.whole_tangents, self.whole_value = tuple(self.pullback_tangents), "_y"
         else:
             whole = None
-        drop = simplify.drop_dead_inits
-        fwd, bwd = drop(fwd), drop(bwd)
-        fused, whole = fused and drop(fused), whole and drop(whole)
+        fwd, bwd = self.simplified(fwd), self.simplified(bwd)
+        fused, whole = fused and self.simplified(fused), whole and self.simplified(whole)
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes), whole,
                        self.simplified_whole_body(), self.whole_tangents, self.whole_value,
                        changes)
+
+    def simplified(self, source):
+        """``source`` without dead declarations and stores (ad/simplify.py)."""
+        return simplify.drop_dead_inits(source, frozenset(self.types) | frozenset(self.fn.params))
 
     def simplified_whole_body(self):
         """``whole_body`` without the declarations ``drop_dead_inits`` drops from the whole
@@ -1357,7 +1359,7 @@ class _Gen(CheckpointedLoops):
             return ()
         ret = f"    return ({self.whole_value}, {''.join(t + ', ' for t in self.whole_tangents)})"
         text = "def _w():\n" + "\n".join(self.whole_body) + "\n" + ret + "\n"
-        return tuple(simplify.drop_dead_inits(text).split("\n")[1:-2])
+        return tuple(self.simplified(text).split("\n")[1:-2])
 
     def whole_vjp(self):
         """The forward's statements, then the pullback's, in one function: one kernel to compile
@@ -1434,7 +1436,8 @@ def _first_push_line(stmts, plan):
 
 def generate_device(fn, types, plan, name, mask, capacity):
     """Source of the device vjp ``vjp_<name>`` (see ``_Gen.device_vjp``)."""
-    return simplify.drop_dead_inits(_Gen(fn, types, plan, name, mask).device_vjp(capacity))
+    gen = _Gen(fn, types, plan, name, mask)
+    return gen.simplified(gen.device_vjp(capacity))
 
 
 def shape_checks(tangent, arg, arg_type, tangent_type, label, what):

@@ -245,7 +245,7 @@ def stmt_lines(s, indent, hook=None):
             out.append(f"{pad}else:")
             out += block_lines(s.orelse, indent + 1, hook)
     elif isinstance(s, For):
-        out.append(f"{pad}for {s.var} in range({s.start.src()}, {s.stop.src()}, {s.step.src()}):")
+        out.append(f"{pad}for {s.var} in {range_src(s.start, s.stop, s.step)}:")
         out += block_lines(s.body, indent + 1, hook)
     elif isinstance(s, While):
         out.append(f"{pad}while True:")
@@ -336,3 +336,18 @@ def map_statements(stmts, f):
             s = replace(s, cond=map_statements(s.cond, f), body=map_statements(s.body, f))
         out.append(f(s))
     return tuple(out)
+
+
+def range_src(start, stop, step):
+    """``range(...)`` over IR values as written by hand: ``range(n)`` for ``range(0, n, 1)``."""
+    a, b, c = start.src(), stop.src(), step.src()
+    if c != "1":
+        return f"range({a}, {b}, {c})"
+    return f"range({b})" if a == "0" else f"range({a}, {b})"
+
+
+def affine_src(start, j, step):
+    """``start + j * step`` as written by hand: ``j`` for start 0 and step 1."""
+    a, c = start.src(), step.src()
+    term = j if c == "1" else f"{j} * {c}"
+    return term if a == "0" else f"{a} + {term}"
