@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from . import cache, numba_glue, profile, registry, rules
-from .ad import analysis, closures, codegen, frontend, ir, runtime, tangents
+from .ad import adjoints, analysis, closures, codegen, frontend, ir, runtime, tangents
 from .primitives import arrays
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
@@ -364,7 +364,7 @@ def _build_rule(spec, argtypes, mask):
     params = ", ".join(f"a{i}" for i in range(len(argtypes)))
     outs = "".join(f"_d[{k}], " for k in range(len(argtypes)))
     checks = [line for k, (a, t) in enumerate(zip(argtypes, spec.tangent_kinds))
-              for line in codegen.shape_checks(f"_d[{k}]", f"a{k}", a, t, repr(rule),
+              for line in adjoints.shape_checks(f"_d[{k}]", f"a{k}", a, t, repr(rule),
                                                f"tangent {k}")] if rule.kind == "rrule" else []
     vjp_src = (f"def vjp_{spec.name}({params}{', ' if params else ''}_dout):\n"
                f"    _y, _res = fwd_{spec.name}({params})\n"

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from numbarules.ad import analysis, codegen, ir
+from numbarules.ad import adjoints, analysis, ir
 
 OPS = ["+", "-", "*", "/", "//", "%", "**", "@"]
 RANKS = {"@": [(2, 2), (2, 1), (1, 2), (1, 1)]}
@@ -27,7 +27,7 @@ def emitted_reads(op, a, b, active, ranks):
     src = lambda x: f"P_{x.id}" if isinstance(x, ir.Name) else repr(x.value)  # noqa: E731
     acc = lambda x, sign, expr: f"D_{x.id} {sign}= {expr}"           # noqa: E731
     ndim = lambda x: ranks.get(x.id, 0) if isinstance(x, ir.Name) else 0  # noqa: E731
-    lines = codegen._binop_adjoint(op, a, b, act, src, "G", acc, ndim)
+    lines = adjoints._binop_adjoint(op, a, b, act, src, "G", acc, ndim)
     return set(re.findall(r"P_(\w+)", "\n".join(lines)))
 
 
@@ -60,7 +60,7 @@ def test_adjoints_with_a_constant_operand(op, const):
 
 
 def test_the_quotient_form_reads_the_divisor_or_only_the_quotient():
-    # q = a / b written with the quotient (codegen._quotient_adjoint): the quotient is the
+    # q = a / b written with the quotient (adjoints._quotient_adjoint): the quotient is the
     # statement's own result (analysis.plan adds it to result_reads); the rest must be listed.
     src = lambda x: f"P_{x.id}"                                    # noqa: E731
     d = lambda name: f"D_{name}"                                   # noqa: E731
@@ -70,6 +70,6 @@ def test_the_quotient_form_reads_the_divisor_or_only_the_quotient():
         active = {"b"} | ({"a"} if isinstance(a, ir.Name) else set())
         listed = set(analysis.adjoint_reads(expr, active, lambda call: False,
                                             quotients=frozenset({id(expr)})))
-        lines = codegen._quotient_adjoint(a, b, "P_q", src, "G", d)
+        lines = adjoints._quotient_adjoint(a, b, "P_q", src, "G", d)
         read = set(re.findall(r"P_(\w+)", "\n".join(lines))) - {"q"}
         assert read <= listed, (a, read, listed)

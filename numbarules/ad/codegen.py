@@ -1,5 +1,12 @@
 """Emit the forward kernel, the pullback kernel and the fused vjp as readable Python source.
 
+The generator ``_Gen`` is assembled from parts, one module each: the statement templates of the
+reverse sweep (adjoints.py), the schedules other than the two-kernel one (fused_schedule.py: one
+pass with the reverse of each iteration right after it; device.py: one function for device
+code; checkpointing.py: checkpointed loops), the text buffer (emit.py), and the clean-up of the
+result (simplify.py). This module holds the two-kernel schedule (forward with its saves, then the
+reverse sweep), the tape and the adjoint variables.
+
 Store-and-restore reverse mode (Tapenade, Tangent). Invariant of the reverse sweep: when the
 adjoint of statement S runs, every variable holds the value it had right after S ran forward.
 Each statement's reverse is one short template (``_adjoint``); a saved value is popped back right
@@ -9,17 +16,20 @@ iteration the cheap statements the plan chose to recompute instead of saving.
 """
 
 import os
-import re
 from dataclasses import dataclass
 
 from numba import types as nbt
 
-from . import fusion, ir, simplify
+from . import ir, simplify
+from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
+from .device import DeviceVjp
+from .emit import _Names, _Out
+from .fused_schedule import FusedVjp
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
 from .analysis import (branch_key, holds_arrays, is_aggregate, is_float, is_float_array,
-                       is_float_struct, is_float_tuple, part_of, stmt_reads, view_base)
+                       is_float_struct, part_of, stmt_reads, view_base)
 from .analysis import where as where_in
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
@@ -71,92 +81,12 @@ class Kernels:
                                # once on its residuals (api.pullback runs the forward again)
 
 
-class _Names:
-    """One naming scheme: ``d_x`` for the adjoint of user variable ``x``, ``_dN`` for ``_tN``."""
-
-    def __init__(self, taken):
-        self.taken = set(taken)
-        self.adj = {}
-
-    def primal_of(self, adjoint):
-        return next(v for v, a in self.adj.items() if a == adjoint)
-
-    def d(self, v):
-        name = self.adj.get(v)
-        if name is None:
-            name = f"_d{v[2:]}" if v.startswith("_t") and v[2:].isdigit() else f"d_{v.lstrip('_')}"
-            while name in self.taken:
-                name += "_"
-            self.taken.add(name)
-            self.adj[v] = name
-        return name
-
-
-def _element_update(text):
-    """``d_w[1] += g`` written ``d_w[1] = d_w[1] + (g)``. Numba 0.68's bytecode frontend (Python
-    3.11's COPY/SWAP sequence for an augmented assignment to a subscript) can lose the loaded
-    right-hand side in a long kernel: "Type of variable '$_d41906.34.1' cannot be determined"
-    (fuzz seed 20261321 #119; docs/numba-internals.md). The plain form compiles to the same code.
-    A whole-array ``d_x += g`` stays: it must update the array in place (views share it)."""
-    for op in ("+", "-"):
-        lhs, sep, rhs = text.partition(f" {op}= ")
-        if sep and lhs.endswith("]") and "[" in lhs and lhs.split("[", 1)[0].isidentifier():
-            simple = not re.search(r"[-+<>=]|\b(if|or|and|not|lambda)\b", rhs)
-            return f"{lhs} = {lhs} {op} {rhs if simple else f'({rhs})'}"
-    return text
-
-
-class _Out:
-    """Lines of one kernel, and (for the pullback) the primal names it reads before it sets
-    them: those become residuals."""
-
-    def __init__(self):
-        self.lines = []
-        self.reads = set()
-        self.indent = 1
-        self.last_line = None
-        self.pending = None
-        self.local = [set()]     # names the reverse sweep has set in the current loop scope
-        self.fresh = set()       # adjoints whose single contribution the current statement makes
-        self.casts = {}          # adjoint arrays of a dtype other than float64 -> their dtype
-
-    def add(self, text):
-        if self.pending:
-            self.lines.append("    " * self.indent + self.pending)
-            self.pending = None
-        if self.fresh:
-            name, _, rest = text.partition(" ")
-            if name in self.fresh and rest[:3] in ("+= ", "-= "):
-                # The one contribution this adjoint gets: assign it (no 0.0 + g to keep).
-                self.fresh.discard(name)
-                expr = rest[3:] if rest[0] == "+" else f"-({rest[3:]})"
-                if name in self.casts:
-                    # Accumulating into an array keeps its dtype; an assignment must keep it too
-                    # (a float32 adjoint would otherwise turn float64 through a float constant).
-                    expr = f"_cast({expr}, _np.{self.casts[name]})"
-                text = f"{name} = {expr}"
-        text = _element_update(text)
-        self.lines.append("    " * self.indent + text)
-
-    def read(self, name):
-        if not any(name in scope for scope in self.local):
-            self.reads.add(name)
-
-    def comment(self, fn, line):
-        # Emitted lazily, with the first line of code it explains.
-        if line and line != self.last_line:
-            self.last_line = line
-            k = line - fn.firstline
-            text = fn.source_lines[k].strip() if 0 <= k < len(fn.source_lines) else ""
-            self.pending = f"# line {line}: {text}"
-
-
 def generate(fn, types, plan, name, mask):
     """Sources of ``fwd_<name>``, ``bwd_<name>``, ``vjp_<name>`` for this plan."""
     return _Gen(fn, types, plan, name, mask).build()
 
 
-class _Gen(CheckpointedLoops):
+class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
     def __init__(self, fn, types, plan, name, mask):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
         self.calls = plan.calls
@@ -809,99 +739,6 @@ class _Gen(CheckpointedLoops):
 
     # --- the fused vjp of a reduction loop ------------------------------------------------
 
-    def fused_vjp(self):
-        """One kernel that runs each iteration's reverse right after its forward, or None.
-
-        For a function ``pre; loop; post; return`` whose loop only accumulates into scalars
-        (``s += ...``) and otherwise keeps every value within one iteration, the adjoint of each
-        accumulator is known before the loop (the reverse of ``post`` gives it, reading only
-        values from ``pre``). Then nothing needs saving or recomputing: one pass over the data,
-        as a hand-written adjoint would do.
-        """
-        plan = fusion.fusion(self.fn, self.plan, self.types)
-        if plan is None:
-            return None
-        pre, loop, post, ret, tape = plan.pre, plan.loop, list(plan.post), plan.result, plan.tape
-        if tape and self.device is not None:
-            return None     # device tapes are sized for the whole run (device_tape_demand)
-        # post's reverse runs before its forward here: its calls are checkpointed
-        post_calls = {id(x.expr) for x in post if isinstance(x, ir.Assign)}
-        kept, self.kept = self.kept, {k: v for k, v in self.kept.items() if k not in post_calls}
-        self.checkpointed = post_calls
-        try:
-            return self._fused_vjp(pre, loop, post, ret, tape)
-        finally:
-            self.kept = kept
-            self.checkpointed = set()
-
-    def _fused_vjp(self, pre, loop, post, ret, tape):
-        self.rule_lists = {}
-        fn = self.fn
-        out = _Out()
-        out.add(f"# fused forward and reverse of {fn.name} ({fn.file}:{fn.firstline}): each "
-                f"iteration's adjoint runs right after it")
-        if self.device is not None:
-            out.add("_need = 0")   # a callee's tape overflow, reported to the caller
-        if tape:
-            assigned = {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}
-            for line in self.primal_inits(assigned):
-                out.add(line)
-        start = len(out.lines)
-        self.block_fwd(pre, out, reserved=False)
-        tape_at = start
-        reads = set()
-        for h in self.adjoint_header(reads):
-            out.add(h)
-        if isinstance(ret, ir.Name) and ret.id in self.plan.active:
-            out.add(self.seed_result(ret.id))
-        self.block_rev(post, out)
-        if tape:
-            # The tape is empty at each iteration's start and end: it holds one iteration.
-            out.comment(fn, loop.line)
-            out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
-            out.indent += 1
-            # (What the reverse would recompute per iteration still holds its forward value.)
-            self.block_fwd(loop.body, out, reserved=False)
-            self.bind_views(loop, out)
-            self.block_rev(loop.body, out)
-            out.indent -= 1
-        else:
-            self.fusing = True
-            try:
-                self.fused_loop(loop, out)
-            finally:
-                self.fusing = False
-        self.block_fwd(post[:-1], out, reserved=False)
-        self.block_rev(pre, out)
-        tangents = self.tangents(reads)
-        out.lines[tape_at:tape_at] = ["    " + t for t in self.tape_inits()]
-        params = ", ".join(fn.params)
-        # Device code also reports a callee's tape overflow (see device_vjp); its own tapes
-        # hold only pushes outside the loop, a number known here.
-        need = "_need, " if self.device is not None else ""
-        self.whole_body, self.whole_tangents = list(out.lines[1:]), tuple(tangents)
-        self.whole_value = ret.src()
-        out.add(f"return ({ret.src()}, {''.join(t + ', ' for t in tangents)}{need})")
-        return (f"def vjp_{self.name}({params}{', ' if params else ''}_dout):\n"
-                + "\n".join(out.lines) + "\n")
-
-    def fused_loop(self, loop, out):
-        out.comment(self.fn, loop.line)
-        out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
-        out.indent += 1
-        n = len(out.lines)
-        for s in loop.body:
-            if isinstance(s, ir.For):
-                self.fused_loop(s, out)
-            else:
-                self.stmt_fwd(s, out, True)
-        self.bind_views(loop, out)
-        for s in reversed(loop.body):
-            if not isinstance(s, ir.For) and id(s) in self.plan.reverse_relevant:
-                self.stmt_rev(s, out)
-        if all(line.strip().startswith("#") for line in out.lines[n:]):
-            out.add("pass")
-        out.indent -= 1
 
     def pop(self, out, target, t):
         if self.fusing:
@@ -1096,233 +933,9 @@ class _Gen(CheckpointedLoops):
             for name in reads:
                 out.read(name)
 
-    def seed(self, s, out):
-        """The adjoint flowing into ``s``'s target; reset it when the target is written again."""
-        if self.seed_as:
-            return self.seed_as
-        d = self.names.d(s.target)
-        if s.target in self.forwarded:
-            return d         # assigned afresh by its single reader, just before in this sweep
-        t = self.types.get(s.target)
-        if is_float_array(t) or holds_arrays(t):
-            return d         # bound once (their arrays are shared): their adjoints are never reset
-        # A parameter is written once before the body runs: a write in the body is its second.
-        writes = len(self.sites.get(s.target, ())) + (s.target in self.fn.params)
-        if writes > 1 or id(s) in self.plan.in_loop:
-            out.add(f"_g = {d}")
-            out.add(f"{d} = {self.reset_zero(self.types[s.target])}")
-            return "_g"
-        return d
-
-    def adjoint(self, s, out):
-        e, plan = s.expr, self.plan
-        act = lambda a: isinstance(a, ir.Name) and a.id in plan.active   # noqa: E731
-        d = self.names.d
-
-        def src(a):
-            if isinstance(a, ir.Name):
-                out.read(a.id)
-            return a.src()
-
-        # Taken (and reset) even when no operand is active: an overwritten variable's adjoint
-        # must not leak into its previous value (c = 0.0 inside a loop).
-        g = self.seed(s, out)
-        t = self.types.get(s.target)
-        if isinstance(e, ir.Atom):
-            if act(e.a) and is_aggregate(t):
-                out.add(f"{d(e.a.id)} = _tmerge({d(e.a.id)}, {g})")
-                self.release_part(s, out)
-            elif act(e.a) and not is_float_array(t):
-                out.add(f"{d(e.a.id)} += {g}")
-        elif isinstance(e, ir.MakeTuple):
-            self.hand_back(e.items, t, g, out, act)
-        elif isinstance(e, ir.BinOp) and id(e) in plan.quotients:
-            for line in _quotient_adjoint(e.a, e.b, src(ir.Name(s.target)), src, g, d):
-                out.add(line)
-        elif isinstance(e, ir.BinOp):
-            for line in _binop_adjoint(e.op, e.a, e.b, act, src, g,
-                                       self.accumulator(t, d, src), self.rank):
-                out.add(line)
-        elif isinstance(e, ir.UnaryOp):
-            if act(e.a) and e.op == "-":
-                out.add(f"{d(e.a.id)} -= {g}")
-        elif isinstance(e, ir.Index):
-            ta = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
-            if act(e.a) and is_float_tuple(ta) and not isinstance(e.index[0], ir.Const):
-                out.add(f"{d(e.a.id)} = _tadd_at({d(e.a.id)}, {src(e.index[0])}, {g})")
-            elif act(e.a) and is_float_tuple(ta):
-                self.part_adjoint(s, e.a.id, ta, e.index[0].value, g, out)
-            elif act(e.a) and s.target not in self.views:   # a view shares its base's adjoint
-                idx = ", ".join(src(i) for i in e.index)
-                out.add(f"{d(e.a.id)}[{idx}] += {g}")
-        elif isinstance(e, ir.Attr):
-            ts = self.types.get(e.a.id) if isinstance(e.a, ir.Name) else None
-            if act(e.a) and is_float_struct(ts):
-                self.part_adjoint(s, e.a.id, ts, ts.instance_class._fields.index(e.attr), g, out)
-        elif isinstance(e, ir.MethodCall):
-            if e.name == "copy" and act(e.obj):
-                out.add(f"{d(e.obj.id)} += {g}")
-            elif e.name in ("ravel", "flatten") and act(e.obj) and s.target not in self.views:
-                out.add(f"{d(e.obj.id)} += {g}.reshape({src(e.obj)}.shape)")
-        elif isinstance(e, ir.Call):
-            self.call_adjoint(s, e, out, act, src, g)
-
-    def part_adjoint(self, s, v, tv, k, g, out):
-        """The adjoint of reading part ``k`` of aggregate ``v`` (a field, a constant index): a
-        float hands its adjoint to that part; an array shares it already (adjoint_header); an
-        aggregate hands its floats back (its arrays are shared)."""
-        t = self.types.get(s.target)
-        d = self.names.d(v)
-        if is_float(t):
-            out.add(f"{d} = {self.with_part(v, tv, k, f'{d}[{k}] + {g}')}")
-        elif is_aggregate(t):
-            out.add(f"{d} = {self.with_part(v, tv, k, f'_tmerge({d}[{k}], {g})')}")
-            self.release_part(s, out)
-
-    def release_part(self, s, out):
-        """After an aggregate bound to a part of another handed its floats back, they restart at
-        zero where the statement runs again (in a loop); its arrays stay shared."""
-        if s.target in self.sourced and id(s) in self.plan.in_loop:
-            d = self.names.d(s.target)
-            out.add(f"{d} = _tfloats_zeroed({d})")
-
-    def hand_back(self, items, t, g, out, act):
-        """The adjoint of building aggregate ``t`` from ``items``: each item gets its part back
-        (arrays, shared with the built tangent, have it already)."""
-        d = self.names.d
-        for k, a in enumerate(items):
-            if not act(a) or is_float_array(self.types.get(a.id)):
-                continue
-            if is_aggregate(self.types.get(a.id)):
-                out.add(f"{d(a.id)} = _tmerge({d(a.id)}, {g}[{k}])")
-            else:
-                out.add(f"{d(a.id)} += {g}[{k}]")
-
-    def rank(self, x):
-        t = self.types.get(x.id) if isinstance(x, ir.Name) else None
-        return t.ndim if is_float_array(t) or isinstance(t, nbt.Array) else 0
-
-    def accumulator(self, result_type, d, src):
-        """How a contribution reaches operand x of an operation whose result has
-        ``result_type``: summed over the axes NumPy broadcast x along, if any."""
-        def acc(x, sign, expr):
-            if is_float_array(result_type):
-                # A scalar operand was broadcast everywhere; an array one may have been too,
-                # even at the same rank (a (1, n) row against (m, n)): _ub returns its input
-                # unchanged when the shapes agree.
-                expr = f"_np.sum({expr})" if self.rank(x) == 0 else f"_ub({expr}, {src(x)})"
-            return f"{d(x.id)} {sign}= {expr}"
-        return acc
-
-    def call_adjoint(self, s, e, out, act, src, g):
-        d = self.names.d
-        cp = self.calls[id(e)]
-        if cp.kind in ("alloc", "nondiff") or not any(act(a) for a in e.args):
-            return
-        if cp.kind == "full":
-            if act(e.args[1]):
-                out.add(f"{d(e.args[1].id)} += _np.sum({g})")
-            return
-        if cp.kind == "identity":
-            out.add(f"{d(e.args[0].id)} += {g}")
-            return
-        if cp.kind == "struct":
-            # fields hand their tangent back; array fields share it (see built_tangent)
-            self.hand_back(e.args, self.types.get(s.target), g, out, act)
-            return
-        args = [src(a) for a in e.args]
-        if cp.kind == "scalar":
-            extra = [s.target] if cp.with_result else []
-            if cp.with_result:
-                out.read(s.target)
-            out.add(f"_p = {cp.name}({', '.join(args + extra)})")
-            for k, a in enumerate(e.args):
-                if act(a):
-                    if len(e.args) == 1:   # element-wise of one argument: same shape
-                        out.add(f"{d(a.id)} += {g} * _p[{k}]")
-                    else:
-                        out.add(self.accumulator(self.types.get(s.target), d, src)(
-                            a, "+", f"{g} * _p[{k}]"))
-            return
-        if cp.kind == "derived":
-            # Checkpointing: re-run the callee's forward from its saved inputs, then its pullback
-            # (calling the two directly, not the fused vjp, keeps recursive pullbacks typeable).
-            if self.device is not None:
-                # Device code: the callee's one-function vjp (its tapes live in its own frame);
-                # its results are shifted by one (the value first) and it reports its tape need.
-                out.add(f"_r = vjp_{cp.name}({', '.join(args)}, {g})")
-                out.add(f"_need = max(_need, _r[{len(e.args) + 1}])")
-                out.add(f"_r = _r[1:{len(e.args) + 1}]")
-            elif id(e) in self.kept:
-                self.changes_residuals |= cp.changes_residuals   # its pullback restores them
-                out.read(self.kept[id(e)])
-                out.add(f"_r = bwd_{cp.name}({self.kept[id(e)]}, {g})")
-            elif self.rule_site(e):
-                site = self.rule_site(e)
-                if not self.fusing:
-                    self.changes_residuals = True
-                    out.add(f"{site} = _l{site}.pop()")
-                    out.read(f"_l{site}")
-                out.add(f"_r = bwd_{cp.name}({site}, {g})")
-            else:
-                out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
-            for k, a in enumerate(e.args):
-                if act(a) and cp.mask[k]:
-                    ta = self.types.get(a.id)
-                    if cp.checked:
-                        # A rule's tangent of the wrong shape could broadcast silently.
-                        for line in shape_checks(f"_r[{k}]", src(a), ta, cp.tangents[k],
-                                                 cp.checked, f"tangent {k}"):
-                            out.add(line)
-                    if is_aggregate(ta):
-                        # arrays added in place, floats into a new tangent
-                        out.add(f"{d(a.id)} = _tadd({d(a.id)}, _r[{k}])")
-                    else:
-                        out.add(f"{d(a.id)} += _r[{k}]")
-            return
-        raise AssertionError(cp.kind)
 
     # --- assembly --------------------------------------------------------------------------
 
-    def device_vjp(self, capacity):
-        """``vjp_<name>(args, _dout) -> (y, tangents..., need)`` for CUDA device code.
-
-        Forward and reverse run in one function, so the tapes can be ``cuda.local.array`` of
-        ``capacity`` entries each (a residual tuple holding them could not leave the frame).
-        ``need`` is 0, or, when a tape here or in a callee overflowed, the entries it needed (the
-        tangents are NaN then). A fused reduction loop needs no tape at all.
-        """
-        self.device = capacity
-        self.residuals = ()
-        fused = self.fused_vjp()
-        if fused is not None:
-            return fused
-        self.tapes = set()
-        self.names = _Names(set(self.types) | set(self.fn.params))
-        self.pullback()
-        self.forward(self.residuals)
-        keys = sorted(self.tapes)
-        params = ", ".join(self.fn.params)
-        nan = [t if t == "None" else
-               ("_math.nan" if self.types.get(p) == nbt.float64 else f"_np.{self.types[p]}(_math.nan)")
-               for p, t in zip(self.fn.params, self.pullback_tangents)]
-        counts = ", ".join(f"_k_{k}" for k in keys)
-        where = (f"tapes of {capacity} entries in local memory" if keys else "no tape")
-        lines = [f"def vjp_{self.name}({params}{', ' if params else ''}_dout):",
-                 f"    # forward and reverse of {self.fn.name} ({self.fn.file}:{self.fn.firstline}) "
-                 f"for device code, {where}",
-                 "    _need = 0"]
-        lines += self.forward_lines
-        if keys:
-            lines += [f"    _used = max(0, {counts})",
-                      f"    if _used > {capacity}:",
-                      f"        return (_y, {''.join(t + ', ' for t in nan)}_used)"]
-        # a checkpointed loop's steps save during the reverse, and check there (checkpointed_rev)
-        overflow = f"(_y, {''.join(t + ', ' for t in nan)}_used)"
-        lines += [line.replace("return _OVERFLOW", f"return {overflow}")
-                  for line in self.pullback_lines]
-        lines.append(f"    return (_y, {''.join(t + ', ' for t in self.pullback_tangents)}_need)")
-        return "\n".join(lines) + "\n"
 
     def build(self):
         self.residuals = ()
@@ -1384,159 +997,10 @@ class _Gen(CheckpointedLoops):
         return "\n".join(lines) + "\n"
 
 
-def device_tape_demand(fn, plan):
-    """(entries a tape may need, as far as known statically; line of the first saved statement
-    inside a loop whose trip count is not a constant, or None).
-
-    Device tapes have a fixed capacity. Pushes outside loops and inside ``range`` loops with
-    constant bounds are counted here (a branch counts its larger side), and a checkpointed loop
-    counts one step's; a loop of unknown length that pushes needs a bound the user gives
-    (``tape=``), or the device refuses it.
-    """
-    def count(stmts):
-        n, unbounded = 0, None
-        for s in stmts:
-            n += (id(s) in plan.pushes) + (
-                isinstance(s, (ir.For, ir.While)) and id(s) in plan.in_loop
-                and id(s) in plan.reverse_relevant)
-            if isinstance(s, ir.If):
-                (a, ua), (b, ub) = count(s.body), count(s.orelse)
-                n += max(a, b)
-                unbounded = unbounded or ua or ub
-            elif isinstance(s, (ir.For, ir.While)):
-                inner, u = count(s.body) if isinstance(s, ir.For) else count(s.cond + s.body)
-                trip = _constant_trip(s)
-                if isinstance(s, ir.For) and s.snapshots is not None:
-                    n += inner          # checkpointed: one step's saves at a time (its TURN)
-                elif inner and trip is None:
-                    u = u or _first_push_line(s.body if isinstance(s, ir.For) else s.cond + s.body,
-                                             plan)
-                elif inner:
-                    n += trip * inner
-                unbounded = unbounded or u
-        return n, unbounded
-
-    return count(fn.body)
-
-
-def _constant_trip(loop):
-    if isinstance(loop, ir.For) and all(isinstance(a, ir.Const) and isinstance(a.value, int)
-                                        for a in (loop.start, loop.stop, loop.step)):
-        return len(range(loop.start.value, loop.stop.value, loop.step.value))
-    return None
-
-
-def _first_push_line(stmts, plan):
-    for s in ir.walk(stmts):
-        if id(s) in plan.pushes or (isinstance(s, (ir.For, ir.While)) and id(s) in plan.in_loop
-                                    and id(s) in plan.reverse_relevant):
-            return s.line
-    return None
-
-
 def generate_device(fn, types, plan, name, mask, capacity):
     """Source of the device vjp ``vjp_<name>`` (see ``_Gen.device_vjp``)."""
     gen = _Gen(fn, types, plan, name, mask)
     return gen.simplified(gen.device_vjp(capacity))
-
-
-def shape_checks(tangent, arg, arg_type, tangent_type, label, what):
-    """Lines raising RuleError where an array of ``tangent`` (a rule's output) has another shape
-    than the array at the same place of ``arg``: NumPy would broadcast it without a word."""
-    if tangent_type is None or isinstance(tangent_type, nbt.NoneType):
-        return []
-    if is_float_array(arg_type):
-        message = repr(f"{label}: {what} has another shape than the argument")
-        return [f"if {tangent}.shape != {arg}.shape:",
-                f"    raise _RuleError({message}, {tangent}.shape, {arg}.shape)"]
-    if is_aggregate(arg_type) and isinstance(tangent_type, nbt.BaseTuple):
-        names = getattr(getattr(arg_type, "instance_class", None), "_fields", None)
-        return [line for k, (a, t) in enumerate(zip(arg_type, tangent_type))
-                for line in shape_checks(f"{tangent}[{k}]", f"{arg}[{k}]", a, t, label,
-                                         f"{what} ({names[k] if names else k})")]
-    return []
-
-
-def _quotient_adjoint(a, b, q, src, g, d):
-    """Lines for the adjoint of the scalar ``q = a / b`` (b active; a active or a float constant),
-    written with the quotient: d_a = g / b, d_b = -(g / b) q = -g q q / a. Divisions cost 4-5x a
-    multiplication; this takes one where the textbook form takes two (a active) or none where it
-    takes one (a = 1.0: 1 / r in pair potentials)."""
-    if isinstance(a, ir.Const):
-        c = a.value
-        if c == 0.0:
-            return []       # 0 / b is constant (b != 0); at b == 0 the value is already nan
-        scaled = f"{g} * ({q} * {q})" if c == 1.0 else f"{g} * ({q} * {q}) / {c!r}"
-        return [f"{d(b.id)} -= {scaled}"]
-    return [f"_q = {g} / {src(b)}",
-            f"{d(a.id)} += _q",
-            f"{d(b.id)} -= _q * {q}"]
-
-
-def _binop_adjoint(op, a, b, act, src, g, acc, ndim):
-    """Lines for the adjoint of ``t = a <op> b``; ``acc(x, sign, expr)`` writes one contribution
-    (reduced to x's shape when NumPy broadcast it), ``ndim(x)`` is an operand's rank (0: scalar)."""
-    lines = []
-    if op == "+":
-        lines += [acc(x, "+", g) for x in (a, b) if act(x)]
-    elif op == "-":
-        if act(a):
-            lines.append(acc(a, "+", g))
-        if act(b):
-            lines.append(acc(b, "-", g))
-    elif op == "*":
-        if act(a):
-            lines.append(acc(a, "+", f"{g} * {src(b)}"))
-        if act(b):
-            lines.append(acc(b, "+", f"{g} * {src(a)}"))
-    elif op == "/":
-        if act(a):
-            lines.append(acc(a, "+", f"{g} / {src(b)}"))
-        if act(b):
-            lines.append(acc(b, "-", f"{g} * {src(a)} / ({src(b)} * {src(b)})"))
-    elif op == "**":
-        # JAX's conventions where a formula gives 0 * inf: d/da is 0 where b == 0, and d/db
-        # takes log(a) as 0 where a == 0 (runtime._pow_da, _pow_db; element-wise on arrays).
-        if act(a):
-            if isinstance(b, ir.Const) and b.value == 2:
-                lines.append(acc(a, "+", f"{g} * 2.0 * {src(a)}"))
-            elif isinstance(b, ir.Const) and b.value != 0:
-                lines.append(acc(a, "+", f"{g} * ({b.value!r} * {src(a)} ** {b.value - 1!r})"))
-            else:
-                lines.append(acc(a, "+", f"{g} * _pow_da({src(a)}, {src(b)})"))
-        if act(b):
-            lines.append(acc(b, "+", f"{g} * _pow_db({src(a)}, {src(b)})"))
-    elif op == "%":
-        if act(a):
-            lines.append(acc(a, "+", g))
-        if act(b):
-            floor = "_math.floor" if ndim(a) == 0 and ndim(b) == 0 else "_np.floor"
-            lines.append(acc(b, "-", f"{g} * {floor}({src(a)} / {src(b)})"))
-    elif op == "@":
-        lines += _matmul_adjoint(a, b, act, src, g, acc, ndim)
-    elif op == "//":
-        pass   # piecewise constant: zero almost everywhere
-    return lines
-
-
-def _matmul_adjoint(a, b, act, src, g, acc, ndim):
-    """C = A @ B: dA = dC @ B^T, dB = A^T @ dC, spelled out per rank (vectors have no .T)."""
-    na, nb = ndim(a), ndim(b)
-    A, B = src(a), src(b)
-    if na == 2 and nb == 2:
-        da, db = f"{g} @ {B}.T", f"{A}.T @ {g}"
-    elif na == 2 and nb == 1:
-        da, db = f"_np.outer({g}, {B})", f"{A}.T @ {g}"
-    elif na == 1 and nb == 2:
-        da, db = f"{B} @ {g}", f"_np.outer({A}, {g})"
-    else:
-        da, db = f"{g} * {B}", f"{g} * {A}"
-    lines = []
-    if act(a):
-        lines.append(acc(a, "+", da))
-    if act(b):
-        lines.append(acc(b, "+", db))
-    return lines
 
 
 def _names(expr):

@@ -17,7 +17,7 @@ import linecache
 import numpy as np
 
 from .. import api, kernels, numba_glue, rules
-from ..ad import analysis, codegen
+from ..ad import analysis, codegen, device
 from ..errors import UnsupportedSyntaxError
 from . import glue, methods
 
@@ -94,7 +94,7 @@ def _namespace(spec):
 
 def _derived_source(spec, tape):
     _refuse_arrays(spec)
-    known, looped = codegen.device_tape_demand(spec.fn, spec.plan)
+    known, looped = device.device_tape_demand(spec.fn, spec.plan)
     if looped is not None and tape <= 0:
         k = looped - spec.fn.firstline
         text = spec.fn.source_lines[k].strip() if 0 <= k < len(spec.fn.source_lines) else ""
