@@ -5,7 +5,8 @@ reverse sweep (adjoints.py), the schedules other than the two-kernel one (fused_
 pass with the reverse of each iteration right after it; device.py: one function for device
 code; checkpointing.py: checkpointed loops), the text buffer (emit.py), and the clean-up of the
 result (simplify.py). This module holds the two-kernel schedule (forward with its saves, then the
-reverse sweep), the tape and the adjoint variables.
+reverse sweep) and the statements' forward and reverse; the tape (tape.py) and the adjoint
+variables (adjoint_vars.py) are parts of their own.
 
 Store-and-restore reverse mode (Tapenade, Tangent). Invariant of the reverse sweep: when the
 adjoint of statement S runs, every variable holds the value it had right after S ran forward.
@@ -21,23 +22,18 @@ from dataclasses import dataclass
 from numba import types as nbt
 
 from . import ir, simplify
+from .adjoint_vars import AdjointVariables
 from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
 from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
-from ..errors import UnsupportedSyntaxError
-from ..structs import Tangent
-from .analysis import (branch_key, holds_arrays, is_aggregate, is_float, is_float_array,
-                       is_float_struct, part_of, stmt_reads, view_base)
-from .analysis import where as where_in
+from .tape import Saves
+from .analysis import (branch_key, holds_arrays, is_float, is_float_array, part_of,
+                       stmt_reads)
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
 
-_TAPE_KEYS = {nbt.float64: "f8", nbt.float32: "f4", nbt.int64: "i8", nbt.int32: "i4",
-              nbt.boolean: "b1", nbt.uint64: "u8", nbt.uint32: "u4"}
-_TAPE_DTYPES = {"f8": "float64", "f4": "float32", "i8": "int64", "i4": "int32", "b1": "bool_",
-                "u8": "uint64", "u4": "uint32"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +82,7 @@ def generate(fn, types, plan, name, mask):
     return _Gen(fn, types, plan, name, mask).build()
 
 
-class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
+class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, Saves):
     def __init__(self, fn, types, plan, name, mask):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
         self.calls = plan.calls
@@ -146,22 +142,6 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
 
     # --- shared ----------------------------------------------------------------------------
 
-    def tape_key(self, t, s=None):
-        key = _TAPE_KEYS.get(t)
-        if key is None:
-            what = f"'{self.saved_name(s)}' " if s is not None else ""
-            where = f"\n{where_in(self.fn, s.line)}" if s is not None and s.line else ""
-            raise UnsupportedSyntaxError(
-                f"overwriting the value {what}of type {t}, which the reverse pass needs (a tape "
-                f"saves numbers, not arrays or tuples){where}\n"
-                f"Hint: give each such value its own variable, or bind the array once outside "
-                f"the loop and update its elements.")
-        self.tapes.add(key)
-        return key
-
-    def saved_name(self, s):
-        return s.array if isinstance(s, ir.Store) else (s.var if isinstance(s, ir.For)
-                                                         else s.target)
 
     def part_index(self, e):
         """The field or item index a part-of expression reads (None for a whole copy)."""
@@ -171,46 +151,6 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
             return e.index[0].value
         return None
 
-    def zero(self, t):
-        """A typed zero of a primal scalar (or tuple of scalars): for variables a path may leave
-        unset, and for float adjoints."""
-        if isinstance(t, nbt.BaseTuple) and not isinstance(t, nbt.BaseNamedTuple) \
-                and all(self.zero(e) for e in t):
-            return "(" + "".join(f"{self.zero(e)}, " for e in t) + ")"
-        if isinstance(t, nbt.Float):
-            return "0.0" if t == nbt.float64 else f"_np.{t}(0.0)"
-        if isinstance(t, nbt.Boolean):
-            return "False"
-        if isinstance(t, nbt.Integer):
-            return "0" if t == nbt.int64 else f"_np.{t}(0)"
-        return None
-
-    @staticmethod
-    def empty_of(t, fn, s):
-        """An empty array of type ``t`` (its layout too: Numba unifies the two bindings only
-        if the layouts agree)."""
-        if not t.mutable:
-            raise UnsupportedSyntaxError(
-                f"the read-only array '{s.target}' ({t}) first bound inside a loop or a branch "
-                f"and rebound\n{where_in(fn, s.line)}\n"
-                f"Hint: bind it once before the loop (v = np.empty_like(...)) or copy it.")
-        empty = f"_np.empty(({'0, ' * t.ndim}), _np.{t.dtype})"
-        if t.layout == "F":       # .T of a C array; a 1-d F array is a column of one
-            return f"_np.empty((1, 0), _np.{t.dtype}).T[:, 0]" if t.ndim == 1 else f"{empty}.T"
-        if t.layout == "A":       # a strided slice
-            return f"{empty}[{', '.join(['::-1'] * t.ndim)}]"
-        return empty
-
-    def reset_zero(self, t):
-        """The value a scalar adjoint restarts from when its variable is written again: -0.0,
-        the exact identity of +, so that LLVM folds ``d = -0.0; d += g`` to ``d = g``. With
-        +0.0 it may not (+0.0 + -0.0 is +0.0), and the add stays on the loop-carried chain of
-        every accumulating loop (measured 4 ms of 33 on the logsumexp benchmark)."""
-        if isinstance(t, nbt.Float):
-            return "-0.0" if t == nbt.float64 else f"_np.{t}(-0.0)"
-        if is_aggregate(t):
-            return self.tangent_zero(t, "", set(), "")      # no arrays inside: static
-        return self.zero(t) or "0.0"
 
     def region(self, s):
         """Whether the store ``s`` writes a region (a slice, or a row ``h[t] = ...`` of a matrix),
@@ -218,12 +158,6 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
         t = self.types.get(s.array)
         return ir.has_slice(s.index) or (isinstance(t, nbt.Array) and len(s.index) < t.ndim)
 
-    def pushed_type(self, s):
-        if isinstance(s, ir.Store):
-            return self.types[s.array].dtype
-        if isinstance(s, ir.For):
-            return self.types[s.var]
-        return self.types[s.target]
 
     # --- forward --------------------------------------------------------------------------
 
@@ -277,134 +211,6 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
                 lines.append(f"_{'n' if isinstance(x, ir.For) else 'w'}{x.id} = 0")
         return lines
 
-    def tape_inits(self):
-        if self.device is not None:
-            # Device code cannot allocate: a per-thread local array of a fixed capacity.
-            inits = [f"_tape_{k} = _cuda.local.array({self.device}, _np.{_TAPE_DTYPES[k]})"
-                     for k in sorted(self.tapes)]
-        else:
-            # _tape(16, dtype) is np.empty, inlined (runtime.py: no compile of its own)
-            inits = [f"_tape_{k} = _tape(16, _np.{_TAPE_DTYPES[k]})" for k in sorted(self.tapes)]
-        # typed by the rule's residual type, not by the first append: Numba may prune the
-        # branch holding the append
-        for name in sorted(self.rule_lists):
-            t = self.rule_lists[name]
-            if t is None:
-                inits.append(f"{name} = _List()")
-            else:
-                self.tangent_classes[f"_T{name}"] = t
-                inits.append(f"{name} = _List.empty_list(_T{name})")
-        return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
-
-    def push(self, out, value, t, reserved, s=None):
-        if self.fusing:
-            return
-        k = self.tape_key(t, s)
-        if self.device is not None:
-            # Past the capacity the count keeps growing but nothing is stored: the vjp then
-            # returns NaN tangents and the count it needed, never a wrong gradient.
-            out.add(f"if _k_{k} < {self.device}:")
-            out.add(f"    _tape_{k}[_k_{k}] = {value}")
-            out.add(f"_k_{k} += 1")
-            return
-        if not reserved:
-            out.add(f"if _k_{k} == _tape_{k}.shape[0]:")
-            out.add(f"    _tape_{k} = _reserve(_tape_{k}, _k_{k}, 1)")
-        out.add(f"_tape_{k}[_k_{k}] = {value}")
-        out.add(f"_k_{k} += 1")
-
-    def push_view(self, out, view, t):
-        """Save the elements a slice assignment overwrites (the tape grows as needed)."""
-        if self.fusing:
-            return
-        k = self.tape_key(t)
-        out.add(f"_tape_{k} = _push_view(_tape_{k}, _k_{k}, {view})")
-        out.add(f"_k_{k} += {view}.size")
-
-    def snapshots(self, loop):
-        """The arrays saved whole before ``loop`` runs (CPU only: device tapes are fixed)."""
-        if self.device is not None or self.fusing:
-            return ()
-        return (self.plan.snapshots or {}).get(id(loop), ())
-
-    def snapshot_room(self, loop):
-        """tape key -> the sizes of the arrays the loops directly in ``loop``'s body save whole
-        per iteration (as source), for arrays bound before ``loop`` starts."""
-        if self.device is not None or self.fusing:
-            return {}
-        top = next(k for k, x in enumerate(self.fn.body) if any(y is loop for y in ir.walk([x])))
-        first = {}
-        for k, x in enumerate(self.fn.body):
-            for y in ir.walk([x]):
-                if isinstance(y, ir.Assign):
-                    first.setdefault(y.target, k if y is x else None)
-        room = {}
-
-        def visit(stmts):
-            for x in stmts:
-                if isinstance(x, ir.If):
-                    visit(x.body)
-                    visit(x.orelse)
-                elif isinstance(x, ir.For):
-                    for w in self.snapshots(x):
-                        if w in self.fn.params or first.get(w) is not None and first[w] < top:
-                            room.setdefault(self.tape_key(self.types[w].dtype), []).append(
-                                f"{w}.size")
-        visit(loop.body)
-        return {k: " + ".join(v) for k, v in room.items()}
-
-    def snapshotted(self, s):
-        """Whether the store ``s`` saves nothing itself: its loop saved the array whole, or
-        nothing reads what it overwrites (analysis._snapshots)."""
-        return self.device is None and id(s) in self.plan.snapshot_stores
-
-    def restore(self, out, w):
-        """Write back the copy of ``w`` saved before its loop (see snapshots)."""
-        self.changes_residuals = True
-        k = self.tape_key(self.types[w].dtype)
-        out.add(f"_k_{k} = _restore({w}, _tape_{k}, _k_{k})")
-        for name in (w, f"_tape_{k}", f"_k_{k}"):
-            out.read(name)
-
-    def pop_view(self, out, view, t):
-        self.changes_residuals = True
-        k = self.tape_key(t)
-        out.add(f"_k_{k} -= {view}.size")
-        out.add(f"{view} = _tape_{k}[_k_{k}:_k_{k} + {view}.size].reshape({view}.shape)")
-        out.read(f"_tape_{k}")
-        out.read(f"_k_{k}")
-
-    def reference(self, s):
-        """Whether the value ``s`` overwrites is an array reference (saved on a list)."""
-        return isinstance(s, ir.Assign) and isinstance(self.types.get(s.target), nbt.Array)
-
-    def reference_unread(self, s):
-        """A temporary array the reverse pass never reads (not even its shape) and whose
-        adjoint its single reader assigns: the array it drops need not be kept (nor memory
-        held for it)."""
-        v = s.target
-        return v in self.forwarded and not (self.plan.rebound or {}).get(v) \
-            and v not in self.plan.needed
-
-    def push_reference(self, out, s):
-        """Save the array ``s`` rebinds its target away from: the reference, not a copy."""
-        # (device gradients never get here: numbarules.cuda refuses array values first)
-        name = f"_lr_{s.target}"
-        self.rule_lists[name] = self.types[s.target]
-        out.add(f"{name}.append({s.target})")
-
-    def pop_reference(self, out, s):
-        """Take back the array ``s`` dropped, and its adjoint (see analysis._rebound): the
-        adjoint of a name of its class holding the same array, else a fresh zero one."""
-        v, d = s.target, self.names.d
-        self.changes_residuals = True
-        out.add(f"{v} = _lr_{v}.pop()")
-        out.read(f"_lr_{v}")
-        if v not in self.plan.active or v in self.forwarded:
-            return                    # no adjoint, or one its single reader assigns
-        out.add(self.adjoint_lookup(v, (self.plan.rebound or {}).get(v, ())))
-        for m in (self.plan.rebound or {}).get(v, ()):
-            out.read(m)
 
     def adjoint_lookup(self, v, others):
         """``d_v = `` the adjoint of whichever of ``others`` holds the array ``v`` holds, else a
@@ -518,25 +324,6 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
             return None
         return self.rule_sites.get(id(e))
 
-    def count_pushes(self, stmts):
-        """Upper bound of the pushes per tape that one pass over ``stmts`` makes, not counting
-        those inside nested loops (each loop reserves its own at entry)."""
-        counts = {}
-
-        def add(key, k=1):
-            counts[key] = counts.get(key, 0) + k
-
-        for s in stmts:
-            if id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s):
-                add(self.tape_key(self.pushed_type(s), s))
-            if isinstance(s, ir.If):
-                for part in (s.body, s.orelse):
-                    for key, k in self.count_pushes(part).items():
-                        add(key, k)
-            elif isinstance(s, (ir.For, ir.While)) and id(s) in self.plan.in_loop \
-                    and id(s) in self.plan.reverse_relevant:
-                add(self.tape_key(nbt.int64))   # its trip count, saved before it runs
-        return counts
 
     def nested(self, stmts, out, reserved):
         out.indent += 1
@@ -589,167 +376,9 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints):
         lines.append(f"    return ({tup})")
         return "\n".join(lines) + "\n"
 
-    def seed_result(self, v):
-        """The cotangent of the result enters the sweep. An array result that shares its
-        adjoint with another array (a view of an argument, an alias, a struct's field), or whose
-        elements the function writes, takes it in place: assigning would cut the view's tie to
-        its base, and the element adjoints would then write into the caller's cotangent."""
-        t = self.types.get(v)
-        written = any(isinstance(s, ir.Store) and self.plan.alias_of.get(s.array, s.array)
-                      == self.plan.alias_of.get(v, v) for s in ir.walk(self.fn.body))
-        shared = v in self.plan.alias_of or v in set(self.plan.alias_of.values())
-        if is_float_array(t) and (shared or v in self.fn.params or written or v in self.sourced):
-            return f"_iadd({self.names.d(v)}, _dout)"
-        if holds_arrays(t):
-            return f"{self.names.d(v)} = _tadd({self.names.d(v)}, _dout)"
-        return f"{self.names.d(v)} = _dout"
-
-    def tangent_class(self, t):
-        """The namespace name of Tangent[S] for a struct type (kernels puts it there)."""
-        cls = Tangent[t.instance_class]
-        name = f"_Tangent_{t.instance_class.__name__}"
-        self.tangent_classes[name] = cls
-        return name
-
-    def aggregate_of(self, t, parts):
-        """The expression building a tangent of aggregate type ``t`` from ``parts``."""
-        if is_float_struct(t):
-            return f"{self.tangent_class(t)}({', '.join(parts)})"
-        return "(" + "".join(p + ", " for p in parts) + ")"
-
-    def tangent_zero(self, t, path, reads, root):
-        """A zero tangent for a value of type ``t`` found at ``path`` (arrays need it: their
-        zeros take its shape; ``root`` is the variable it starts from)."""
-        if is_float(t):
-            return self.zero(t)
-        if is_float_array(t):
-            reads.add(root)
-            return f"_zeros_like({path})"
-        if is_aggregate(t):
-            return self.aggregate_of(t, [self.tangent_zero(e, f"{path}[{k}]", reads, root)
-                                         for k, e in enumerate(t)])
-        return "None"
-
-    def with_part(self, v, t, k, value):
-        """The adjoint of aggregate ``v`` with part ``k`` replaced by ``value``."""
-        d = self.names.d(v)
-        return self.aggregate_of(t, [value if j == k else f"{d}[{j}]" for j in range(len(t))])
-
-    def adjoint_header(self, reads):
-        """Zero adjoints: aggregates (structs, tuples), then one array per alias class (b = a
-        shares a's), then, in program order, the adjoints that are parts of others, then the
-        scalars."""
-        plan, d = self.plan, self.names.d
-        header = []
-        scalars = sorted(v for v in plan.active if is_float(self.types.get(v)))
-        arrays = sorted(v for v in plan.active if is_float_array(self.types.get(v)))
-        for v in sorted(plan.active):
-            t = self.types.get(v)
-            if is_aggregate(t) and v not in self.built and v not in self.sourced:
-                header.append(f"{d(v)} = {self.tangent_zero(t, v, reads, v)}")
-        rebound = plan.rebound or {}
-        for v in arrays:
-            if v in self.sourced or v in self.forwarded:
-                continue        # bound below / assigned by its single reader
-            if v in rebound:
-                # one adjoint per array, whichever names hold it now (names sort first)
-                header.append(self.adjoint_lookup(v, tuple(m for m in rebound[v] if m < v
-                                                           and m not in self.forwarded)))
-                reads.update(m for m in rebound[v] if m < v)
-                reads.add(v)
-            elif plan.alias_of.get(v, v) == v:
-                header.append(f"{d(v)} = _zeros_like({v})")
-                reads.add(v)
-        # Then in program order, each bound to its source's adjoint so that writes through either
-        # array reach both: aliases and views (a view to the same view of it), the fields and
-        # items of aggregates, and aggregates built here (holding the very arrays they were
-        # built from).
-        # A view of a view taken again in the reverse pass (lazy) is itself such a view when
-        # it is used (analysis._lazy_views counts its uses as its base's); unused, its adjoint
-        # is never read and has nothing to be bound to here (seed 20261532 #1592).
-        unbound = set(plan.lazy_views or {})
-        for s in ir.walk(self.fn.body):
-            v = s.target if isinstance(s, ir.Assign) and s.target in plan.active else None
-            if v is not None and is_float_array(self.types.get(v)) \
-                    and view_base(s.expr, self.types) in unbound:
-                unbound.add(v)
-                continue
-            if v in self.built:
-                header.append(f"{d(v)} = {self.built_tangent(s, reads)}")
-            elif v in self.sourced:
-                src, k = self.sourced[v]
-                header.append(f"{d(v)} = {d(src)}" + ("" if k is None else f"[{k}]"))
-            elif v is not None and is_float_array(self.types.get(v)) and v not in rebound \
-                    and plan.alias_of.get(v, v) != v and v not in (plan.loop_views or {}) \
-                    and v not in (plan.lazy_views or {}):
-                header.append(f"{d(v)} = {self.adjoint_view(s, reads)}")
-        header += [f"{d(v)} = {self.zero(self.types[v])}" for v in scalars]
-        return header
-
-    def built_tangent(self, s, reads):
-        """The tangent of an aggregate built here: array parts (and parts holding arrays) share
-        the adjoints of what was passed in; the rest start at zero (the constructor's adjoint
-        hands them back)."""
-        t = self.types[s.target]
-        items = s.expr.items if isinstance(s.expr, ir.MakeTuple) else s.expr.args
-        parts = []
-        for k, (a, e) in enumerate(zip(items, t)):
-            if (is_float_array(e) or holds_arrays(e)) and isinstance(a, ir.Name) \
-                    and a.id in self.plan.active:
-                parts.append(self.names.d(a.id))
-            else:
-                parts.append(self.tangent_zero(e, f"{s.target}[{k}]", reads, s.target))
-        return self.aggregate_of(t, parts)
-
-    def adjoint_view(self, s, reads):
-        """The adjoint of ``s.target`` as a view of its source's adjoint."""
-        d, e = self.names.d, s.expr
-        if isinstance(e, ir.Atom):
-            return d(e.a.id)
-        if isinstance(e, ir.Index):
-            reads.update(a.id for a in ir.index_atoms(e.index) if isinstance(a, ir.Name))
-            return f"{d(e.a.id)}[{', '.join(i.src() for i in e.index)}]"
-        if isinstance(e, ir.Attr) or e.name == "transpose":
-            return f"{d(e.a.id if isinstance(e, ir.Attr) else e.obj.id)}.T"
-        reads.add(s.target)      # reshape, ravel
-        return f"{d(e.obj.id)}.reshape({s.target}.shape)"
-
-    def tangents(self, reads):
-        tangents = []
-        for p, m in zip(self.fn.params, self.mask):
-            t = self.types.get(p)
-            d = self.names.d(p)
-            if not m or not (is_float(t) or is_float_array(t) or is_aggregate(t)):
-                tangents.append("None")
-            elif p in self.plan.active:
-                # Scalar tangents have the argument's own type (the vjp declares it).
-                # A reassigned argument's adjoint restarts at -0.0 (reset_zero); + 0.0 makes
-                # a tangent that received nothing +0.0 again.
-                z = " + 0.0" if self.sites.get(p) else ""
-                tangents.append(d if is_float_array(t) or is_aggregate(t) else
-                                (f"float({d}{z})" if t == nbt.float64 else f"_np.{t}({d}{z})"))
-            elif is_aggregate(t):
-                tangents.append(self.tangent_zero(t, p, reads, p))
-            elif is_float_array(t):
-                tangents.append(f"_zeros_like({p})")
-                reads.add(p)
-            else:
-                tangents.append(self.zero(t))
-        return tangents
 
     # --- the fused vjp of a reduction loop ------------------------------------------------
 
-
-    def pop(self, out, target, t):
-        if self.fusing:
-            return
-        if "[" in target:              # an overwritten element put back into its array
-            self.changes_residuals = True
-        k = self.tape_key(t)
-        out.add(f"_k_{k} -= 1")
-        out.add(f"{target} = _tape_{k}[_k_{k}]")
-        out.read(f"_tape_{k}")
-        out.read(f"_k_{k}")
 
     def block_rev(self, stmts, out):
         lazy = self.plan.lazy_views or {}

@@ -1,0 +1,206 @@
+"""The tape: what the forward saves for the reverse sweep, and how it is pushed and popped.
+
+Typed arrays per dtype (``_tape_f8``, ...) grown by doubling, or in device code per-thread local
+arrays of a fixed capacity; a pushed value is popped right after the adjoint of the statement
+that overwrote it. Arrays a sweep overwrites whole are saved by reference or as one snapshot
+per step. ``Saves`` is that part of the code generator (a mixin of ``codegen._Gen``).
+"""
+
+from numba import types as nbt
+
+from ..errors import UnsupportedSyntaxError
+from . import ir
+from .analysis import where as where_in
+
+_TAPE_KEYS = {nbt.float64: "f8", nbt.float32: "f4", nbt.int64: "i8", nbt.int32: "i4",
+              nbt.boolean: "b1", nbt.uint64: "u8", nbt.uint32: "u4"}
+_TAPE_DTYPES = {"f8": "float64", "f4": "float32", "i8": "int64", "i4": "int32", "b1": "bool_",
+                "u8": "uint64", "u4": "uint32"}
+
+
+class Saves:
+    """Pushes, pops, snapshots and saved references (a mixin of codegen._Gen)."""
+
+    def tape_key(self, t, s=None):
+        key = _TAPE_KEYS.get(t)
+        if key is None:
+            what = f"'{self.saved_name(s)}' " if s is not None else ""
+            where = f"\n{where_in(self.fn, s.line)}" if s is not None and s.line else ""
+            raise UnsupportedSyntaxError(
+                f"overwriting the value {what}of type {t}, which the reverse pass needs (a tape "
+                f"saves numbers, not arrays or tuples){where}\n"
+                f"Hint: give each such value its own variable, or bind the array once outside "
+                f"the loop and update its elements.")
+        self.tapes.add(key)
+        return key
+
+    def saved_name(self, s):
+        return s.array if isinstance(s, ir.Store) else (s.var if isinstance(s, ir.For)
+                                                         else s.target)
+
+    def pushed_type(self, s):
+        if isinstance(s, ir.Store):
+            return self.types[s.array].dtype
+        if isinstance(s, ir.For):
+            return self.types[s.var]
+        return self.types[s.target]
+
+    def tape_inits(self):
+        if self.device is not None:
+            # Device code cannot allocate: a per-thread local array of a fixed capacity.
+            inits = [f"_tape_{k} = _cuda.local.array({self.device}, _np.{_TAPE_DTYPES[k]})"
+                     for k in sorted(self.tapes)]
+        else:
+            # _tape(16, dtype) is np.empty, inlined (runtime.py: no compile of its own)
+            inits = [f"_tape_{k} = _tape(16, _np.{_TAPE_DTYPES[k]})" for k in sorted(self.tapes)]
+        # typed by the rule's residual type, not by the first append: Numba may prune the
+        # branch holding the append
+        for name in sorted(self.rule_lists):
+            t = self.rule_lists[name]
+            if t is None:
+                inits.append(f"{name} = _List()")
+            else:
+                self.tangent_classes[f"_T{name}"] = t
+                inits.append(f"{name} = _List.empty_list(_T{name})")
+        return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
+
+    def push(self, out, value, t, reserved, s=None):
+        if self.fusing:
+            return
+        k = self.tape_key(t, s)
+        if self.device is not None:
+            # Past the capacity the count keeps growing but nothing is stored: the vjp then
+            # returns NaN tangents and the count it needed, never a wrong gradient.
+            out.add(f"if _k_{k} < {self.device}:")
+            out.add(f"    _tape_{k}[_k_{k}] = {value}")
+            out.add(f"_k_{k} += 1")
+            return
+        if not reserved:
+            out.add(f"if _k_{k} == _tape_{k}.shape[0]:")
+            out.add(f"    _tape_{k} = _reserve(_tape_{k}, _k_{k}, 1)")
+        out.add(f"_tape_{k}[_k_{k}] = {value}")
+        out.add(f"_k_{k} += 1")
+
+    def push_view(self, out, view, t):
+        """Save the elements a slice assignment overwrites (the tape grows as needed)."""
+        if self.fusing:
+            return
+        k = self.tape_key(t)
+        out.add(f"_tape_{k} = _push_view(_tape_{k}, _k_{k}, {view})")
+        out.add(f"_k_{k} += {view}.size")
+
+    def snapshots(self, loop):
+        """The arrays saved whole before ``loop`` runs (CPU only: device tapes are fixed)."""
+        if self.device is not None or self.fusing:
+            return ()
+        return (self.plan.snapshots or {}).get(id(loop), ())
+
+    def snapshot_room(self, loop):
+        """tape key -> the sizes of the arrays the loops directly in ``loop``'s body save whole
+        per iteration (as source), for arrays bound before ``loop`` starts."""
+        if self.device is not None or self.fusing:
+            return {}
+        top = next(k for k, x in enumerate(self.fn.body) if any(y is loop for y in ir.walk([x])))
+        first = {}
+        for k, x in enumerate(self.fn.body):
+            for y in ir.walk([x]):
+                if isinstance(y, ir.Assign):
+                    first.setdefault(y.target, k if y is x else None)
+        room = {}
+
+        def visit(stmts):
+            for x in stmts:
+                if isinstance(x, ir.If):
+                    visit(x.body)
+                    visit(x.orelse)
+                elif isinstance(x, ir.For):
+                    for w in self.snapshots(x):
+                        if w in self.fn.params or first.get(w) is not None and first[w] < top:
+                            room.setdefault(self.tape_key(self.types[w].dtype), []).append(
+                                f"{w}.size")
+        visit(loop.body)
+        return {k: " + ".join(v) for k, v in room.items()}
+
+    def snapshotted(self, s):
+        """Whether the store ``s`` saves nothing itself: its loop saved the array whole, or
+        nothing reads what it overwrites (analysis._snapshots)."""
+        return self.device is None and id(s) in self.plan.snapshot_stores
+
+    def restore(self, out, w):
+        """Write back the copy of ``w`` saved before its loop (see snapshots)."""
+        self.changes_residuals = True
+        k = self.tape_key(self.types[w].dtype)
+        out.add(f"_k_{k} = _restore({w}, _tape_{k}, _k_{k})")
+        for name in (w, f"_tape_{k}", f"_k_{k}"):
+            out.read(name)
+
+    def pop_view(self, out, view, t):
+        self.changes_residuals = True
+        k = self.tape_key(t)
+        out.add(f"_k_{k} -= {view}.size")
+        out.add(f"{view} = _tape_{k}[_k_{k}:_k_{k} + {view}.size].reshape({view}.shape)")
+        out.read(f"_tape_{k}")
+        out.read(f"_k_{k}")
+
+    def reference(self, s):
+        """Whether the value ``s`` overwrites is an array reference (saved on a list)."""
+        return isinstance(s, ir.Assign) and isinstance(self.types.get(s.target), nbt.Array)
+
+    def reference_unread(self, s):
+        """A temporary array the reverse pass never reads (not even its shape) and whose
+        adjoint its single reader assigns: the array it drops need not be kept (nor memory
+        held for it)."""
+        v = s.target
+        return v in self.forwarded and not (self.plan.rebound or {}).get(v) \
+            and v not in self.plan.needed
+
+    def push_reference(self, out, s):
+        """Save the array ``s`` rebinds its target away from: the reference, not a copy."""
+        # (device gradients never get here: numbarules.cuda refuses array values first)
+        name = f"_lr_{s.target}"
+        self.rule_lists[name] = self.types[s.target]
+        out.add(f"{name}.append({s.target})")
+
+    def pop_reference(self, out, s):
+        """Take back the array ``s`` dropped, and its adjoint (see analysis._rebound): the
+        adjoint of a name of its class holding the same array, else a fresh zero one."""
+        v, d = s.target, self.names.d
+        self.changes_residuals = True
+        out.add(f"{v} = _lr_{v}.pop()")
+        out.read(f"_lr_{v}")
+        if v not in self.plan.active or v in self.forwarded:
+            return                    # no adjoint, or one its single reader assigns
+        out.add(self.adjoint_lookup(v, (self.plan.rebound or {}).get(v, ())))
+        for m in (self.plan.rebound or {}).get(v, ()):
+            out.read(m)
+
+    def pop(self, out, target, t):
+        if self.fusing:
+            return
+        if "[" in target:              # an overwritten element put back into its array
+            self.changes_residuals = True
+        k = self.tape_key(t)
+        out.add(f"_k_{k} -= 1")
+        out.add(f"{target} = _tape_{k}[_k_{k}]")
+        out.read(f"_tape_{k}")
+        out.read(f"_k_{k}")
+
+    def count_pushes(self, stmts):
+        """Upper bound of the pushes per tape that one pass over ``stmts`` makes, not counting
+        those inside nested loops (each loop reserves its own at entry)."""
+        counts = {}
+
+        def add(key, k=1):
+            counts[key] = counts.get(key, 0) + k
+
+        for s in stmts:
+            if id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s):
+                add(self.tape_key(self.pushed_type(s), s))
+            if isinstance(s, ir.If):
+                for part in (s.body, s.orelse):
+                    for key, k in self.count_pushes(part).items():
+                        add(key, k)
+            elif isinstance(s, (ir.For, ir.While)) and id(s) in self.plan.in_loop \
+                    and id(s) in self.plan.reverse_relevant:
+                add(self.tape_key(nbt.int64))   # its trip count, saved before it runs
+        return counts
