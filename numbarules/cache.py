@@ -173,6 +173,28 @@ def _link(node, decisions, callees):
             target.callers.add(node)
 
 
+def relied_on(calls):
+    """(decisions, nodes) that code typed with ``calls`` (callee, argument types) relies on: the
+    method each generic function call resolved to, and the compiled callees' nodes."""
+    decisions, nodes = [], []
+    for callee, cargs in calls:
+        if isinstance(callee, GenericFunction):
+            sig = tuple(from_numba(a) for a in cargs)
+            try:
+                method = callee.resolve(sig)
+            except DispatchError:
+                continue
+            decisions.append((callee, sig, "method", method, tuple(cargs)))
+            target = _node(_compiled(method).get(tuple(cargs)), cargs)
+        elif hasattr(callee, "_nr_node_for"):      # a gradient object: its driver's node
+            target = callee._nr_node_for(cargs)
+        else:
+            target = _node(callee, cargs)
+        if target is not None:
+            nodes.append(target)
+    return decisions, nodes
+
+
 def _record(disp, label, owner, args, calls, depends=()):
     old = _node(disp, args)
     if old is not None:

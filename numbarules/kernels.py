@@ -204,7 +204,11 @@ def _build(spec, argtypes, mask):
             spec.plan = analysis.plan(fn, types, mask, classify)
     with profile.phase(profile.GENERATE):
         spec.kernels = codegen.generate(fn, types, spec.plan, spec.name, mask)
-    spec.node = cache.engine_node(f"AD {spec.name}", decisions + probed, callees, spec.drop)
+    # The primal's types rely on every call it makes, differentiated or not: a method added
+    # later that turns an int result into a float (or a float into an array) changes them.
+    typed_decisions, typed_callees = cache.relied_on(spec.typing_calls)
+    spec.node = cache.engine_node(f"AD {spec.name}", decisions + probed + typed_decisions,
+                                  callees + typed_callees, spec.drop)
     if spec.kernels.whole is not None and not getattr(spec, "recursive", False):
         # One kernel for forward and reverse (see codegen.whole_vjp). Recursive functions keep
         # the vjp that calls the two kernels: Numba types their recursion through it.
@@ -276,8 +280,10 @@ def _typed(spec, fn, ns, argtypes):
     numba_glue.pending_errors().clear()
     try:
         # the flags of the gradient's one kernel (api.Gradient._driver: python=False)
+        spec.typing_calls = []
         return numba_glue.infer_types(primal, argtypes, cache.jit_options(
-            {"boundscheck": True} if spec.bounds else None, python=False))
+            {"boundscheck": True} if spec.bounds else None, python=False),
+            calls=spec.typing_calls)
     except numba_glue.NumbaError as exc:
         text = numba_glue.error_text(exc)
         line = _user_line(spec.primal_source, text) or fn.firstline
@@ -623,8 +629,9 @@ def _refuse_argument_writes(fn, types):
                 f"copy of the part (a = {name}[0].copy(), a = {name}.field.copy()).")
         # a helper writing into a local array: whether or not its result is differentiated,
         # the write changes an array the analysis follows (a silently wrong gradient)
+        held = "" if analysis.is_array(types.get(name)) else " (an array it holds)"
         raise UnsupportedSyntaxError(
-            f"the call of {via} writes into its array argument '{name}'\n"
+            f"the call of {via} writes into its array argument '{name}'{held}\n"
             f'  File "{fn.file}", line {line}, in {fn.name}\n'
             f"Hint: have {via} return a new array (r = {via}(...)) instead of filling one, or "
             f"write the elements in this function.")
@@ -667,6 +674,12 @@ def _array_writes(fn, types):
                 a = s.expr.args[k]
                 if isinstance(a, ir.Name):
                     writes.append((a.id, s.line, getattr(s.expr.func, "__name__", s.expr.fname)))
+            if analysis.is_array(types.get(s.target)):
+                # r = pick(v) with pick returning a view of v: a write through r writes v
+                for k in _returned_views(s.expr, types):
+                    a = s.expr.args[k]
+                    if isinstance(a, ir.Name):
+                        bound.setdefault(s.target, set()).add(a.id)
 
     def behind(name, stop):
         seen, stack = set(), [name]
@@ -705,7 +718,8 @@ def _probe_callee(call, types, table, probe):
     () for calls without array arguments, rules and calls that do not dispatch."""
     argtypes = tuple(types.get(a.id) if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
                      for a in call.args)
-    if not any(analysis.is_array(t) for t in argtypes) or None in argtypes:
+    # an array inside a tuple or struct argument is written as well as one passed alone
+    if not any(_holds_any_array(t) for t in argtypes) or None in argtypes:
         return ()
     try:
         target, made = target_for(call.func, argtypes)
@@ -716,16 +730,46 @@ def _probe_callee(call, types, table, probe):
         return ()
     func = target.func if isinstance(target, Method) else target
     known = table.setdefault(func, {})
+    stack = _PROBES.__dict__.setdefault("running", [])
+    key = (id(table), func, argtypes)
+    for k, entry in enumerate(stack):
+        if entry["key"] == key:
+            # A recursive call while this one is worked out: answer with what is known so far,
+            # and mark the probes in between as depending on that partial answer.
+            entry["cyclic"] = True
+            for later in stack[k + 1:]:
+                later["partial_input"] = True
+            return entry["answer"]
     found = known.get(argtypes)
     if found is not None and cache.decisions_hold(found[1]):
         _note_probe_decisions(found[1])
         return found[0]
-    known[argtypes] = ((), ())      # a recursive call while this one is worked out
-    with _probe_decisions() as inner:
-        positions = probe(func, argtypes)
-    known[argtypes] = (positions, tuple(inner))
+    entry = {"key": key, "answer": (), "cyclic": False, "partial_input": False}
+    stack.append(entry)
+    try:
+        while True:
+            # In a cycle of calls, iterate until the answer no longer grows (a fixpoint: the
+            # answers only grow, and are subsets of the argument positions).
+            entry["cyclic"] = False
+            with _probe_decisions() as inner:
+                positions = probe(func, argtypes)
+            if not entry["cyclic"] or positions == entry["answer"]:
+                break
+            entry["answer"] = positions
+    finally:
+        stack.pop()
+    if entry["partial_input"]:
+        # worked out from the partial answer of a probe further out: not stored, asked again
+        # once that one is known
+        known.pop(argtypes, None)
+    else:
+        known[argtypes] = (positions, tuple(inner))
     _note_probe_decisions(inner)
     return positions
+
+
+def _holds_any_array(t):
+    return analysis.is_array(t) or analysis.is_aggregate(t) and any(_holds_any_array(e) for e in t)
 
 
 # What a probe found depends on the methods and rules its callee's calls dispatched to: a method

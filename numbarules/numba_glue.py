@@ -395,24 +395,30 @@ class RecordCalls(FunctionPass):
         observer = getattr(state, "nr_observer", None)
         if observer is None:
             return False
-        calls = []
-        for block in state.func_ir.blocks.values():
-            for inst in block.body:
-                expr = getattr(inst, "value", None)
-                if not (isinstance(inst, ir.Assign) and isinstance(expr, ir.Expr)
-                        and expr.op == "call"):
-                    continue
-                fnty = state.typemap.get(expr.func.name)
-                sig = state.calltypes.get(expr)
-                if sig is None:
-                    continue
-                if isinstance(fnty, CallableType):
-                    owner = fnty.owner
-                    calls.append((getattr(owner, "_nr_record_as", owner), tuple(sig.args)))
-                elif isinstance(fnty, types.Dispatcher):
-                    calls.append((fnty.dispatcher, tuple(sig.args)))
-        observer(tuple(state.args), calls)
+        observer(tuple(state.args), _typed_calls(state.func_ir, state.typemap, state.calltypes))
         return False
+
+
+def _typed_calls(func_ir, typemap, calltypes):
+    """(callee, argument types) of each call to a generic function or a dispatcher in a typed
+    function: what its types rely on."""
+    calls = []
+    for block in func_ir.blocks.values():
+        for inst in block.body:
+            expr = getattr(inst, "value", None)
+            if not (isinstance(inst, ir.Assign) and isinstance(expr, ir.Expr)
+                    and expr.op == "call"):
+                continue
+            fnty = typemap.get(expr.func.name)
+            sig = calltypes.get(expr)
+            if sig is None:
+                continue
+            if isinstance(fnty, CallableType):
+                owner = fnty.owner
+                calls.append((getattr(owner, "_nr_record_as", owner), tuple(sig.args)))
+            elif isinstance(fnty, types.Dispatcher):
+                calls.append((fnty.dispatcher, tuple(sig.args)))
+    return calls
 
 
 class _RecordingCompiler(compiler.CompilerBase):
@@ -605,14 +611,15 @@ def pending_errors():
     return stack
 
 
-def infer_types(py_func, argtypes, options=None):
+def infer_types(py_func, argtypes, options=None, calls=None):
     """Numba's types for every variable of ``py_func`` at ``argtypes``, without compiling it.
 
     Type inference runs without SSA reconstruction, so each variable has one (unified) type
     under its own name. It runs under the flags a dispatcher with target ``options`` would
     compile with: the NumPy and builtin overloads it types are compiled then, and Numba caches
     them per caller's flags (docs/numba-internals.md), so the kernel compiled with those options
-    reuses them instead of compiling each once more.
+    reuses them instead of compiling each once more. ``calls``, a list, receives the calls the
+    types rely on (as ``RecordCalls`` reports them).
     """
     typing_ctx, target_ctx = cpu_target.typing_context, cpu_target.target_context
     typing_ctx.refresh()
@@ -623,6 +630,8 @@ def infer_types(py_func, argtypes, options=None):
         func_ir = compiler.run_frontend(py_func)
         result = typed_passes.type_inference_stage(typing_ctx, target_ctx, func_ir,
                                                    tuple(argtypes), None)
+    if calls is not None:
+        calls.extend(_typed_calls(func_ir, result.typemap, result.calltypes))
     typemap = {k: types.unliteral(v) for k, v in result.typemap.items()
                if not k.startswith(("$", "arg."))}
     return typemap, result.return_type

@@ -1,4 +1,5 @@
 """Backedges: adding or replacing a method recompiles exactly what it affects."""
+import math
 import threading
 
 import numba
@@ -291,4 +292,98 @@ def test_a_method_added_later_that_returns_a_view_reaches_a_caller_through_a_hel
     assert f(x) == pytest.approx(np.sum(x[1:] ** 2))
     for grad in (g, nr.grad(f), nr.grad(calls_f)):
         with pytest.raises(nr.UnsupportedSyntaxError, match="shares memory with the array"):
+            grad(x)
+
+
+def test_a_method_that_turns_an_undifferentiated_int_result_into_a_float_is_followed():
+    """k = g(x) was an int (no tangent, the call not differentiated) when the first gradient
+    was built; a method that makes it a float depending on x changes the primal's types, and the
+    gradient must include the new term (it returned only x^2 cos x, missing 2x sin x), from the
+    old object, a new one, value_and_grad, pullback, through a helper and inside nr.jit code."""
+    @nr.generic
+    def g(x: nr.Real):
+        return 2
+
+    def f(x):
+        k = g(x)
+        return k * math.sin(x)
+
+    def through(x):
+        return f(x)
+
+    gf, gt = nr.grad(f), nr.grad(through)
+
+    @nr.jit
+    def in_jit(x):
+        return gf(x)
+
+    x = 0.7
+    assert gf(x) == pytest.approx(2 * math.cos(x)) and gt(x) == pytest.approx(2 * math.cos(x))
+    assert in_jit(x) == pytest.approx(2 * math.cos(x))
+
+    @g.method
+    def g(x: nr.Float64):
+        return x * x
+
+    want = 2 * x * math.sin(x) + x * x * math.cos(x)
+    assert gf(x) == pytest.approx(want) and nr.grad(f)(x) == pytest.approx(want)
+    assert gt(x) == pytest.approx(want) and in_jit(x) == pytest.approx(want)
+    assert nr.value_and_grad(f)(x)[1] == pytest.approx(want)
+    assert nr.pullback(f, x)[1](1.0)[0] == pytest.approx(want)
+
+
+def test_a_method_that_turns_an_undifferentiated_float_into_an_array_is_followed():
+    """The same for a call whose argument is not differentiated: after the method f returns an
+    array; nr.grad refuses by name (it raised a raw Numba TypingError) and nr.pullback works, as
+    in a fresh process."""
+    @nr.generic
+    def c(n: nr.Integer):
+        return 2.0
+
+    def f(x, n):
+        return x * x * c(n)
+
+    g = nr.grad(f)
+    assert g(0.7, 3) == pytest.approx(2.8)
+
+    @c.method
+    def c(n: nr.Int64):
+        return np.ones(2) * n
+
+    for grad in (g, nr.grad(f)):
+        with pytest.raises(nr.UnsupportedSyntaxError, match="need a scalar float result"):
+            grad(0.7, 3)
+    y, pb = nr.pullback(f, 0.7, 3)
+    np.testing.assert_allclose(y, [1.47, 1.47])
+    assert pb(np.ones(2))[0] == pytest.approx(8.4)
+
+
+@nr.struct
+class _Box:
+    w: nr.Vector[nr.Float64]
+
+
+def test_a_method_added_later_that_writes_into_a_structs_array_is_refused():
+    @nr.generic
+    def fill(b: nr.Any):
+        return 0
+
+    def f(x):
+        a = x * 1.0
+        b = _Box(a)
+        k = fill(b)
+        return np.sum(a * x)
+
+    x = np.linspace(0.5, 1.5, 3)
+    g = nr.grad(f)
+    np.testing.assert_allclose(g(x), 2 * x)
+
+    @fill.method
+    def fill(b: _Box):
+        w = b.w
+        w[0] = 0.0
+        return 0
+
+    for grad in (g, nr.grad(f)):
+        with pytest.raises(nr.UnsupportedSyntaxError, match="writes into its array argument 'b'"):
             grad(x)
