@@ -202,19 +202,7 @@ def _record(disp, label, owner, args, calls, depends=()):
     node = Node(disp, args, label)
     _set_node(disp, args, node)
     _link(node, (), depends)
-    for callee, cargs in calls:
-        if isinstance(callee, GenericFunction):
-            sig = tuple(from_numba(a) for a in cargs)
-            method = callee.resolve(sig)
-            _decide(node, callee, sig, "method", method, tuple(cargs))
-            target = _node(_compiled(method).get(tuple(cargs)), cargs)
-        elif hasattr(callee, "_nr_node_for"):      # a gradient object: its driver's node
-            target = callee._nr_node_for(cargs)
-        else:
-            target = _node(callee, cargs)
-        if target is not None:
-            node.callees.add(target)
-            target.callers.add(node)
+    _link(node, *relied_on(calls))
     _counts["compiles"] += 1
     _by_function[label] += 1
     _by_owner[owner] = _by_owner.get(owner, 0) + 1
