@@ -43,6 +43,9 @@ CONSTRUCTS = {
     "np.where": 1, "np.maximum": 2, "loop over an argument array": 3, "element write": 13,
     "local 2-D array": 3, "scalar swap a, b = b, a": 14, "math": 19, "min/max": 9, "abs": 4,
     "power": 14, "division": 11, "conditional expression": 4, "and/or/not": 10, "elif": 11,
+    "world: int": 2, "world: method": 1, "world: method+rule": 2, "world: replace": 1,
+    "world: rule": 1, "world: vector": 1, "world: write": 3, "world call: helper": 3,
+    "world call: loop": 4, "world call: branch": 3,
 }
 
 
@@ -53,7 +56,9 @@ def test_generation_is_deterministic_and_covers_every_feature():
     assert [p.args_source(2) for p in a[:20]] == [p.args_source(2) for p in b[:20]]
     drawn = Counter(f for p in a for f in p.features)
     assert set(drawn) == set(fuzz.FEATURES), set(fuzz.FEATURES) - set(drawn)
-    assert min(drawn.values()) >= 30, drawn     # every feature group, many times
+    # every feature group, many times (world: fuzz.generator.WORLD_CHANCE of the programs)
+    assert min(v for k, v in drawn.items() if k != "world") >= 30, drawn
+    assert drawn["world"] >= 20, drawn
     used = Counter(u for p in a for u in p.used)
     # at least about half of what this stream holds today: a guard against a generator change
     # that quietly stops producing a construct
@@ -197,6 +202,25 @@ def test_the_fuzzer_catches_a_wrong_scalar_rule():
     caught = [b for h, b in compared if b.outcome == "wrong"]
     assert len(caught) >= len(compared) - 1, broken.report()
     assert all("finite differences" in b.error for b in caught), broken.report()
+
+
+def test_the_world_form_catches_a_gradient_that_misses_a_new_method(monkeypatch):
+    """The engine without the backedges of the calls its primal's types rely on (the bug fixed
+    in d93d820: a method that makes an int result a float was left out of the reverse pass):
+    programs of the world group whose int-valued call becomes a float must come out wrong, and
+    only after world_change."""
+    from numbarules import numba_glue
+    real = numba_glue.infer_types
+
+    def infer_types(*args, calls=None, **kw):
+        return real(*args, calls=[], **kw)
+    progs = [p for p in (fuzz.generate(SEED, i, ["world"]) for i in range(30))
+             if "world: int" in p.used and "world call: helper" not in p.used][:2]
+    assert len(progs) == 2
+    monkeypatch.setattr(numba_glue, "infer_types", infer_types)
+    results = [runner.check_program(p) for p in progs]
+    for r in results:
+        assert r.outcome == "wrong" and r.error.startswith("after world_change:"), r.error
 
 
 # --- hangs and crashes are reported, and the run goes on ----------------------------------------

@@ -66,7 +66,28 @@ FEATURES = {
     "layouts": "array arguments Fortran-ordered, transposed, strided and reversed",
     "refusals": "constructs the README lists as refused (must be refused cleanly or "
                 "differentiated right)",
+    "world": "a generic function of the program's own whose methods or rules change after the "
+             "first gradients (a more specific method, a replaced method, an int result that "
+             "becomes a float, a rule, a method that starts writing into its argument); the "
+             "runner checks again after ``world_change()``, with old and new gradient objects",
 }
+
+#: How often a program of the full stream gets the ``world`` group. It is drawn from a random
+#: stream of its own and its statement comes last, so every other program of a seed is the same
+#: as before the group existed (reproducers keep working).
+WORLD_CHANCE = 0.15
+
+#: Bodies of a generic function's methods in the world form, with their derivatives (for rules):
+#: (value of x, d/dx), constants {a} and {b} drawn per program.
+_WORLD_BODIES = (
+    ("{a} * x + math.sin({b} * x)", "{a} + {b} * math.cos({b} * x)"),
+    ("x * math.tanh({a} * x)",
+     "math.tanh({a} * x) + {a} * x * (1.0 - math.tanh({a} * x) ** 2)"),
+    ("math.exp({a} * math.sin(x))", "{a} * math.cos(x) * math.exp({a} * math.sin(x))"),
+    ("{a} * x * x - x", "2.0 * {a} * x - 1.0"),
+    ("{a} * math.log(1.0 + x * x)", "{a} * 2.0 * x / (1.0 + x * x)"),
+    ("math.cos({a} * x) + {b}", "-{a} * math.sin({a} * x)"),
+)
 
 #: README classes of refusal (regular expression on the message -> class). A refusal counts as
 #: expected only when the program contains a construct of that class (``Program.may_refuse``).
@@ -178,7 +199,12 @@ class Program:
                 f"    print('python:', f(*args))\n"
                 f"    print('grad:', nr.grad(f, argnums={nums!r})(*args))\n"
                 f"    y, pb = nr.pullback(f, *args)\n"
-                f"    print('pullback:', y, pb(1.0))\n")
+                f"    print('pullback:', y, pb(1.0))\n"
+                + ("" if "def world_change" not in self.source else
+                   f"    world_change()\n"
+                   f"    print('after world_change: python:', f(*args))\n"
+                   f"    print('grad:', nr.grad(f, argnums={nums!r})(*args))\n"
+                   f"    print('old pullback (its own world):', pb(1.0))\n"))
 
 
 # --- argument values ------------------------------------------------------------------------------
@@ -301,14 +327,19 @@ class Generator:
             raise ValueError(f"unknown fuzz features {unknown}; known: {sorted(FEATURES)}")
         self.seed, self.index = seed, index
         self.r = random.Random(f"numbarules-fuzz:{seed}:{index}")
-        if len(enabled) <= 2:
-            chosen = list(enabled)
+        # the world group draws from a stream of its own (see WORLD_CHANCE)
+        self.world_r = random.Random(f"numbarules-fuzz-world:{seed}:{index}")
+        main = tuple(f for f in enabled if f != "world")
+        if len(main) <= 2:
+            chosen = list(main)
         else:
-            chosen = [f for f in enabled if self.r.random() < 0.25]
+            chosen = [f for f in main if self.r.random() < 0.25]
             if not chosen:
-                chosen = [self.r.choice(enabled)]
+                chosen = [self.r.choice(main)]
             if len(chosen) > 6:      # small programs: compiles are the cost
                 chosen = [f for f in chosen if f in self.r.sample(chosen, 6)]
+        if "world" in enabled and (features or self.world_r.random() < WORLD_CHANCE):
+            chosen.append("world")
         self.features = tuple(chosen)
         self.used = set()
         self.may_refuse = set()
@@ -1759,7 +1790,7 @@ class Generator:
         self.declare("s", "f")
         # each drawn feature gets its own statement(s), in random order with core statements
         # between them; then random statements up to the target size
-        seeds = list(self.features)
+        seeds = [f for f in self.features if f != "world"]
         self.r.shuffle(seeds)
         for f in seeds:
             if self.nstmts >= self.MAX_STATEMENTS:
@@ -1770,6 +1801,10 @@ class Generator:
         target = self.r.randint(5, 12)
         while self.nstmts < target:
             self.statement(ctx)
+        if self.has("world"):
+            main_r, self.r = self.r, self.world_r
+            self.s_world(ctx)
+            self.r = main_r
         # every argument read at least once, so it matters to the result
         body = "\n".join(self.lines)
         for a in self.args:
@@ -1868,6 +1903,93 @@ class Generator:
             self.pick([(1, self.s_numpy), (1, self.s_view), (1, self.s_arg_loop)])(ctx)
         elif feature == "refusals":
             self.s_refusal(ctx)
+
+    # --- world changes ------------------------------------------------------------------------
+
+    def s_world(self, ctx):
+        """A generic function ``w_g`` of the program's own, called from ``f``, and
+        ``world_change()``, which the runner calls after the first gradients: it adds a more
+        specific method, replaces the method, makes an int result a float, adds a rule, or adds a
+        method that writes into its array argument. Old and new gradient objects must then follow
+        the new method (the old pullback keeps its world)."""
+        kinds = [(2, "method"), (1.5, "replace"), (1.5, "int"), (1, "rule"),
+                 (1.5, "method+rule"), (1, "write")]
+        if self.vecs(ndim=1):
+            kinds.append((1.5, "vector"))
+        kind = self.pick(kinds)
+        self.use("world: " + kind)
+        a, b = self.const(0.3, 1.5), self.const(0.5, 1.5)
+        old, new = self.r.sample(_WORLD_BODIES, 2)
+        old = tuple(t.format(a=a, b=b) for t in old)
+        new = tuple(t.format(a=b, b=a) for t in new)
+        blocks, change = [], []
+
+        def generic(sig, body):
+            blocks.append(f"@nr.generic\ndef w_g({sig}):\n{body}")
+
+        def fn(name, params, body):
+            blocks.append(f"def {name}({params}):\n{body}")
+
+        def rule(body, deriv):
+            fn("w_g_rule", "x", f"    y = {body}\n\n    def w_g_pullback(dy):\n"
+                                f"        return (dy * ({deriv}),)\n    return y, w_g_pullback\n")
+            change.append("nr.rrule(w_g, nr.Float64)(w_g_rule)")
+
+        if kind == "vector":
+            loop = "    s = 0.0\n    for i in range(v.shape[0]):\n        x = v[i]\n"
+            generic("v: nr.AbstractVector", f"{loop}        s += {old[0]}\n    return s\n")
+            fn("w_g_new", "v", f"{loop}        s += {new[0]}\n    return s\n")
+            change.append("w_g.method(nr.Vector[nr.Float64])(w_g_new)")
+            call = lambda e: f"w_g({self.r.choice(self.vecs(ndim=1)).expr})"  # noqa: E731
+        elif kind == "write":
+            generic("a: nr.AbstractVector, x: nr.Float64", f"    return {old[0]}\n")
+            fn("w_g_new", "a, x", f"    a[0] = a[0] + {b} * x\n    return {old[0]}\n")
+            change.append("w_g.method(nr.Vector[nr.Float64], nr.Float64)(w_g_new)")
+            self.may_refuse.add("hidden write")
+            buf = self.fresh("wb")
+            self.emit(ctx, f"{buf} = np.zeros(3)")
+            call = lambda e: f"w_g({buf}, {e})"  # noqa: E731
+        else:
+            sig = "x: nr.Real" if kind in ("method", "int", "method+rule") else "x: nr.Float64"
+            generic(sig, "    return 2\n" if kind == "int" else f"    return {old[0]}\n")
+            if kind == "rule":
+                rule(*old)
+            else:
+                fn("w_g_new", "x", f"    return {new[0]}\n")
+                change.append("w_g.method(nr.Float64)(w_g_new)")
+                if kind == "method+rule":
+                    rule(*new)
+            call = lambda e: f"w_g({e})"  # noqa: E731
+        # the call site: straight, in a loop, in a branch, or through a plain helper
+        site = self.pick([(2, "straight"), (2, "loop"), (1, "branch"), (2, "helper")])
+        self.use("world call: " + site)
+        if site == "helper" and kind == "write":
+            helper = self.fresh("hw")
+            blocks.append(f"def {helper}(a, t):\n    return {self.const()} * w_g(a, t) + t\n")
+            call = lambda e: f"{helper}({buf}, {e})"  # noqa: E731
+        elif site == "helper":
+            helper = self.fresh("hw")
+            blocks.append(f"def {helper}(t):\n    return {self.const()} * {call('t')} + t\n")
+            call = lambda e: f"{helper}({e})"  # noqa: E731
+        if site == "loop":
+            i, n = self.fresh("i"), self.r.randint(1, 3)
+            self.emit(ctx, f"for {i} in range({n}):")
+            inner = ctx.inner(loops=ctx.loops + ((i, 0, n - 1),), in_loop=True, loop_kind="for")
+            self.push()
+            self.emit(inner, f"s += {self.const()} * {call(self.bounded(inner, 1))}")
+            self.pop()
+        elif site == "branch":
+            self.emit(ctx, f"if {self.cond(ctx)}:")
+            self.emit(ctx.inner(branch=True),
+                      f"s += {self.const()} * {call(self.bounded(ctx, 1))}")
+        else:
+            self.emit(ctx, f"s += {self.const()} * {call(self.bounded(ctx, 1))}")
+        if kind == "write":
+            self.emit(ctx, f"s += {buf}[0] * {self.bounded(ctx, 1)}")
+        blocks.append("def world_change():\n"
+                      f'    """Called by the fuzzer after the first gradients ({kind})."""\n'
+                      + "".join(f"    {c}\n" for c in change))
+        self.helpers += blocks
 
     def s_arg_loop(self, ctx):
         """A loop reading an argument array element by element (any layout)."""

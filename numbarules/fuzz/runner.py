@@ -24,6 +24,12 @@ program contains a construct of that README refusal class); ``internal`` (any ot
 worker that dies, or a hang past the time limit); ``invalid`` (the generator's fault: the program
 raises when run as Python, or Numba itself cannot compile it; checked only when the engine
 fails); ``skipped`` (no point with finite values was found).
+
+A program of the ``world`` group defines ``world_change()``: after the checks above pass, the
+runner calls it (a method or rule of the program's generic function is added or replaced) and
+checks again from step 1, adding two paths: the gradient object made before the change (it must
+follow the new method) and the pullback made before it (it keeps its world: ``pb(1.0)`` gives
+exactly the tangents it gave before).
 """
 
 import importlib
@@ -274,7 +280,6 @@ def _first_line(exc):
 
 def check_program(prog, directory=None):
     """Check ``prog`` (a ``generator.Program``) in this process; returns a ``Result``."""
-    import numbarules as nr
     from . import pool
 
     t0 = time.perf_counter()
@@ -290,97 +295,161 @@ def check_program(prog, directory=None):
                          + _first_line(exc), traceback.format_exc(), t0)
         f = getattr(mod, prog.entry)
         files = {path, pool.__file__}
-        diff_args = tuple(i for i, a in enumerate(prog.args_spec) if a.diff)
-
-        # 1. a point where Python gives finite values and finite differences are reliable
-        fd, attempt = None, 0
-        for attempt in range(MAX_ATTEMPTS):
-            args = prog.args(attempt)
-            try:
-                cand = finite_differences(f, args, diff_args, files)
-            except Exception as exc:   # noqa: BLE001 - the program fails as plain Python
-                return _done(res, "invalid", "the program raises when run as Python: "
-                             + _first_line(exc), traceback.format_exc(), t0, prog, attempt)
-            if cand is None:
-                res.skipped_points += 1
-                continue
-            fd = cand
-            if not cand.unstable:
-                break
-            res.skipped_points += 1
-        if fd is None:
-            return _done(res, "skipped", "no point with finite, moderate values", "", t0)
-        res.skipped_coordinates = len(fd.unstable)
-        res.checked_coordinates = len(fd.grads)
-        res.repro = prog.repro(attempt)
-
-        # 2. the three AD paths
-        argnums = prog.argnums
-        res.stages["fd"] = time.perf_counter() - t0
-        stage = "nr.grad"
-        try:
-            t1 = time.perf_counter()
-            args = prog.args(attempt)
-            g = nr.grad(f, argnums=argnums)(*args)
-            _same_args(prog, attempt, args, "nr.grad")
-            stage = "nr.pullback"
-            t2 = time.perf_counter()
-            res.stages["grad"] = t2 - t1
-            args = prog.args(attempt)
-            y_pb, pb = nr.pullback(f, *args)
-            t_pb = pb(1.0)
-            _same_args(prog, attempt, args, "nr.pullback")
-            stage = "nr.value_and_grad"
-            t3 = time.perf_counter()
-            res.stages["pullback"] = t3 - t2
-            args = prog.args(attempt)
-            y_vg, g_vg = nr.value_and_grad(f, argnums=argnums)(*args)
-            _same_args(prog, attempt, args, "nr.value_and_grad")
-            res.stages["value_and_grad"] = time.perf_counter() - t3
-        except _ArgWritten as exc:
-            return _done(res, "wrong", str(exc), "", t0)
-        except nr.NumbarulesError as exc:
-            msg = str(exc)
-            cls = refusal_class(msg)
-            res.refusal_class = cls
-            res.expected = cls in prog.may_refuse
-            out = "refused"
-            if not res.expected:
-                out = _invalid_or(prog, mod, attempt, "refused")
-            return _done(res, out, f"{stage}: {type(exc).__name__}: {msg}",
-                         traceback.format_exc(), t0)
-        except RecursionError as exc:
-            return _done(res, "internal", f"{stage}: RecursionError: {exc}",
-                         traceback.format_exc(limit=-12), t0)
-        except Exception as exc:   # noqa: BLE001 - anything else is the engine's failure
-            out = _invalid_or(prog, mod, attempt, "internal")
-            return _done(res, out, f"{stage}: {_first_line(exc)}", traceback.format_exc(), t0)
-
-        # 3. compare
-        problems = []
-        y_ref = fd.value
-        for what, y in (("value_and_grad", y_vg), ("pullback", y_pb)):
-            if not _close(y, y_ref, VALUE_RTOL, VALUE_RTOL):
-                problems.append(f"primal value: {what} gives {y!r}, Python gives {y_ref!r}")
-        g = (g,) if not isinstance(argnums, tuple) else g
-        if not isinstance(g, tuple) or len(g) != len(argnums):
-            problems.append(f"nr.grad returned {g!r:.200}, expected {len(argnums)} tangents")
-        elif not isinstance(t_pb, tuple) or len(t_pb) != len(prog.args_spec):
-            problems.append(f"pb(1.0) returned {t_pb!r:.200}, expected {len(prog.args_spec)} "
-                            "tangents")
-        else:
-            problems += _compare(prog, args, fd, dict(zip(argnums, g)), t_pb,
-                                 dict(zip(argnums, g_vg)))
-        if problems:
-            out = "wrong"
-            if any(p.startswith("primal value") for p in problems):
-                out = _invalid_or(prog, mod, attempt, "wrong", value=y_ref)
-            return _done(res, out, problems[0], "\n".join(problems[:12]), t0)
-        return _done(res, "ok", "", "", t0)
+        res, first = _check_paths(prog, mod, f, files, res, t0)
+        if res.outcome != "ok" or not hasattr(mod, "world_change"):
+            return res
+        # the world changes (a method or rule is added): Python now runs the new method, so
+        # the references are drawn again; the old gradient object must follow the change and
+        # the old pullback must keep its world (the same tangents, nothing recompiled)
+        mod.world_change()
+        res, _ = _check_paths(prog, mod, f, files, res, t0, first)
+        return res
     finally:
         sys.modules.pop(prog.module_name, None)
         if own_dir:
             _rmtree(directory)
+
+
+@dataclass
+class _Paths:
+    """What a first check leaves for the check after ``world_change()``."""
+    grad: object         # the gradient object
+    pb: object           # the pullback
+    t_pb: tuple          # pb(1.0)
+
+
+def _check_paths(prog, mod, f, files, res, t0, before=None):
+    """Steps 1-3 of ``check_program``; ``before``: the first check's ``_Paths``, when this one
+    runs after ``world_change()``. Returns (res, _Paths or None)."""
+    import numbarules as nr
+
+    when = "" if before is None else "after world_change: "
+    key = "" if before is None else "world "
+    diff_args = tuple(i for i, a in enumerate(prog.args_spec) if a.diff)
+
+    # 1. a point where Python gives finite values and finite differences are reliable
+    fd, attempt = None, 0
+    res.skipped_points = 0
+    for attempt in range(MAX_ATTEMPTS):
+        args = prog.args(attempt)
+        try:
+            cand = finite_differences(f, args, diff_args, files)
+        except Exception as exc:   # noqa: BLE001 - the program fails as plain Python
+            return _done(res, "invalid", when + "the program raises when run as Python: "
+                         + _first_line(exc), traceback.format_exc(), t0, prog, attempt), None
+        if cand is None:
+            res.skipped_points += 1
+            continue
+        fd = cand
+        if not cand.unstable:
+            break
+        res.skipped_points += 1
+    if fd is None:
+        return _done(res, "skipped", when + "no point with finite, moderate values", "",
+                     t0), None
+    res.skipped_coordinates = len(fd.unstable)
+    res.checked_coordinates += len(fd.grads)
+    res.repro = prog.repro(attempt)
+
+    # 2. the three AD paths (and after a world change, the old gradient object and pullback)
+    argnums = prog.argnums
+    res.stages[key + "fd"] = time.perf_counter() - t0
+    stage = "nr.grad"
+    g_old = None
+    try:
+        t1 = time.perf_counter()
+        args = prog.args(attempt)
+        grad = nr.grad(f, argnums=argnums)
+        g = grad(*args)
+        _same_args(prog, attempt, args, "nr.grad")
+        stage = "nr.pullback"
+        t2 = time.perf_counter()
+        res.stages[key + "grad"] = t2 - t1
+        args = prog.args(attempt)
+        y_pb, pb = nr.pullback(f, *args)
+        t_pb = pb(1.0)
+        _same_args(prog, attempt, args, "nr.pullback")
+        stage = "nr.value_and_grad"
+        t3 = time.perf_counter()
+        res.stages[key + "pullback"] = t3 - t2
+        args = prog.args(attempt)
+        y_vg, g_vg = nr.value_and_grad(f, argnums=argnums)(*args)
+        _same_args(prog, attempt, args, "nr.value_and_grad")
+        res.stages[key + "value_and_grad"] = time.perf_counter() - t3
+        if before is not None:
+            stage = "the gradient object made before world_change"
+            args = prog.args(attempt)
+            g_old = before.grad(*args)
+            _same_args(prog, attempt, args, stage)
+            stage = "the pullback made before world_change"
+            t_old = before.pb(1.0)
+    except _ArgWritten as exc:
+        return _done(res, "wrong", when + str(exc), "", t0), None
+    except nr.NumbarulesError as exc:
+        msg = str(exc)
+        cls = refusal_class(msg)
+        res.refusal_class = cls
+        res.expected = cls in prog.may_refuse
+        out = "refused"
+        if not res.expected:
+            out = _invalid_or(prog, mod, attempt, "refused")
+        return _done(res, out, f"{when}{stage}: {type(exc).__name__}: {msg}",
+                     traceback.format_exc(), t0), None
+    except RecursionError as exc:
+        return _done(res, "internal", f"{when}{stage}: RecursionError: {exc}",
+                     traceback.format_exc(limit=-12), t0), None
+    except Exception as exc:   # noqa: BLE001 - anything else is the engine's failure
+        out = _invalid_or(prog, mod, attempt, "internal")
+        return _done(res, out, f"{when}{stage}: {_first_line(exc)}", traceback.format_exc(),
+                     t0), None
+
+    # 3. compare
+    problems = []
+    y_ref = fd.value
+    for what, y in (("value_and_grad", y_vg), ("pullback", y_pb)):
+        if not _close(y, y_ref, VALUE_RTOL, VALUE_RTOL):
+            problems.append(f"primal value: {what} gives {y!r}, Python gives {y_ref!r}")
+    g = (g,) if not isinstance(argnums, tuple) else g
+    if g_old is not None:
+        g_old = (g_old,) if not isinstance(argnums, tuple) else g_old
+    if not isinstance(g, tuple) or len(g) != len(argnums):
+        problems.append(f"nr.grad returned {g!r:.200}, expected {len(argnums)} tangents")
+    elif not isinstance(t_pb, tuple) or len(t_pb) != len(prog.args_spec):
+        problems.append(f"pb(1.0) returned {t_pb!r:.200}, expected {len(prog.args_spec)} "
+                        "tangents")
+    else:
+        problems += _compare(prog, args, fd, dict(zip(argnums, g)), t_pb,
+                             dict(zip(argnums, g_vg)))
+        if g_old is not None:
+            if not isinstance(g_old, tuple) or len(g_old) != len(argnums):
+                problems.append(f"the old gradient object returned {g_old!r:.200}")
+            else:
+                problems += [p.replace(" grad ", " the old gradient object ")
+                             for p in _compare(prog, args, fd, dict(zip(argnums, g_old)),
+                                               t_pb, dict(zip(argnums, g_old)))]
+            if not _same_tangents(t_old, before.t_pb):
+                problems.append("the pullback made before world_change does not keep its "
+                                f"world: pb(1.0) gave {before.t_pb!r:.120} before the change, "
+                                f"{t_old!r:.120} after")
+    if problems:
+        out = "wrong"
+        if any(p.startswith("primal value") for p in problems):
+            out = _invalid_or(prog, mod, attempt, "wrong", value=y_ref)
+        return _done(res, out, when + problems[0], "\n".join(problems[:12]), t0), None
+    return _done(res, "ok", "", "", t0), _Paths(grad, pb, t_pb)
+
+
+def _same_tangents(a, b):
+    """Exactly the same tangents (floats, arrays, tuples, Tangents, None)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.shape == b.shape and np.array_equal(a, b, equal_nan=True))
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_same_tangents(x, y) for x, y in zip(a, b)))
+    if a is None or b is None:
+        return a is b
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 class _ArgWritten(Exception):
