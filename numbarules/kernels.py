@@ -631,7 +631,7 @@ def _refuse_argument_writes(fn, types):
         # the write changes an array the analysis follows (a silently wrong gradient)
         held = "" if analysis.is_array(types.get(name)) else " (an array it holds)"
         raise UnsupportedSyntaxError(
-            f"the call of {via} writes into its array argument '{name}'{held}\n"
+            f"the call of {via} writes into its array argument {_user_expr(fn, name)}{held}\n"
             f'  File "{fn.file}", line {line}, in {fn.name}\n'
             f"Hint: have {via} return a new array (r = {via}(...)) instead of filling one, or "
             f"write the elements in this function.")
@@ -819,6 +819,17 @@ def _arguments_written_by(func, argtypes):
     fn, types = found
     written = {name for kind, name, _, _ in _array_writes(fn, types) if kind == "argument"}
     return tuple(k for k, p in enumerate(fn.params) if p in written)
+
+
+def _user_expr(fn, name):
+    """``name`` quoted as the user wrote it: a temporary the normalisation made for an argument
+    (``h((a, 0.5))`` binds ``_t2 = (a, 0.5)``) is shown as its expression."""
+    if name.startswith("_"):
+        made = next((x for x in ir.walk(fn.body) if isinstance(x, ir.Assign)
+                     and x.target == name), None)
+        if made is not None:
+            return f"'{ir.expr_src(made.expr)}'"
+    return f"'{name}'"
 
 
 def _bound_line(fn, name):

@@ -1684,7 +1684,8 @@ class Generator:
             self.emit(ctx, f"{a} = {v.expr} * 1.0")
             how = self.pick([(1, "asarray"), (1, "ascontiguousarray"), (0.5, "out"),
                              (0.5, "fill"), (1, "part"), (1, "helper"), (0.5, "flat"),
-                             (1, "fancy")])
+                             (1, "fancy"), (0.5, "tuple helper"), (0.5, "view helper"),
+                             (0.5, "recursive writers")])
             if how == "fancy":       # an array of indices or a mask (a copy, not a view)
                 self.may_refuse.add("fancy index")
                 idx = self.pick([(1, f"np.arange(0, {v.shape[0]}, 2)"), (1, f"{a} > 0.1")])
@@ -1699,6 +1700,34 @@ class Generator:
                 self.may_refuse.add("hidden write")
                 self.pool_names.add("j_fill")
                 self.emit(ctx, f"{w} = j_fill({a}, {self.fexpr(ctx, 1)})")
+            elif how == "tuple helper":     # a helper writing into an array a tuple holds
+                self.use("refusal: a helper writes into an array a tuple holds")
+                self.may_refuse.add("hidden write")
+                h = self.fresh("hp")
+                self.helpers.append(f"def {h}(t, v):\n    t[0][1] = v * t[1]\n    return v\n")
+                self.emit(ctx, f"{w} = {h}(({a}, 0.5), {self.fexpr(ctx, 1)})")
+                self.emit(ctx, f"s += {w}")
+            elif how == "view helper":      # a helper writing through a view another returned
+                self.use("refusal: a helper writes through a view another returned")
+                self.may_refuse.add("hidden write")
+                self.pool_names.add("p_mid")
+                h = self.fresh("hv")
+                self.helpers.append(f"def {h}(u, v):\n    r = p_mid(u)\n    r[0] = v\n"
+                                    f"    return v * 0.5\n")
+                self.emit(ctx, f"{w} = {h}({a}, {self.fexpr(ctx, 1)})")
+                self.emit(ctx, f"s += {w}")
+            elif how == "recursive writers":   # mutually recursive helpers, one writes
+                self.use("refusal: mutually recursive helpers, one writes")
+                self.may_refuse.add("hidden write")
+                ra, rb = self.fresh("ra"), self.fresh("rb")
+                self.helpers.append(f"def {ra}(u, n, v):\n    if n <= 0:\n        return v\n"
+                                    f"    return {rb}(u, n - 1, v)\n")
+                # a base case in both: Numba cannot type the recursion otherwise
+                self.helpers.append(f"def {rb}(u, n, v):\n    if n <= 0:\n        return v\n"
+                                    f"    k = n % u.shape[0]\n    u[k] = u[k] + v\n"
+                                    f"    return {ra}(u, n - 1, v * 0.5)\n")
+                self.emit(ctx, f"{w} = {ra}({a}, {self.r.randint(2, 3)}, {self.fexpr(ctx, 1)})")
+                self.emit(ctx, f"s += {w}")
             elif how == "part":      # an array taken out of a local tuple
                 self.may_refuse.add("write into a part")
                 self.emit(ctx, f"{w} = ({a}, 1.0)")

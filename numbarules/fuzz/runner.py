@@ -393,6 +393,11 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         out = "refused"
         if not res.expected:
             out = _invalid_or(prog, mod, attempt, "refused")
+        temp = _INTERNAL_NAME.search(msg)
+        if temp:        # generated programs name nothing `_x1`: the engine's own temporary
+            return _done(res, "internal", f"{when}{stage}: the refusal names the engine's "
+                         f"temporary {temp.group(0)}: {type(exc).__name__}: {msg}",
+                         traceback.format_exc(), t0), None
         return _done(res, out, f"{when}{stage}: {type(exc).__name__}: {msg}",
                      traceback.format_exc(), t0), None
     except RecursionError as exc:
@@ -437,6 +442,10 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
             out = _invalid_or(prog, mod, attempt, "wrong", value=y_ref)
         return _done(res, out, when + problems[0], "\n".join(problems[:12]), t0), None
     return _done(res, "ok", "", "", t0), _Paths(grad, pb, t_pb)
+
+
+#: A quoted name of the normalisation's temporaries (``_t2``, ``_j1``) in a message.
+_INTERNAL_NAME = re.compile(r"'_[A-Za-z]*\d+'|\b_t\d+\b")
 
 
 def _same_tangents(a, b):
