@@ -1707,5 +1707,14 @@ def test_a_helper_writing_into_an_array_inside_a_tuple_argument_is_refused():
         k = _probe_fill_tuple(t)
         return np.sum(a * x)
 
-    with pytest.raises(nr.UnsupportedSyntaxError, match="an array it holds"):
+    with pytest.raises(nr.UnsupportedSyntaxError, match="argument 't' \\(an array it holds"):
         nr.grad(f)(np.linspace(0.5, 1.5, 3))
+
+    def g(x):           # the tuple built in the call: named as written, not as a temporary
+        a = x * 1.0
+        k = _probe_fill_tuple((a, 1.0))
+        return np.sum(a * x)
+
+    with pytest.raises(nr.UnsupportedSyntaxError,
+                       match=r"argument '\(a, 1.0\)' \(an array it holds"):
+        nr.grad(g)(np.linspace(0.5, 1.5, 3))
