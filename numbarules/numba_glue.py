@@ -27,6 +27,8 @@ import llvmlite.binding as llvm_binding
 from llvmlite import ir as llvm_ir
 
 from numba.core import cgutils, compiler, errors, funcdesc, ir, types, typing
+from numba.core import config as numba_config
+from numba.core.caching import FunctionCache
 from numba.core import event as numba_event
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.targetconfig import ConfigStack
@@ -491,6 +493,45 @@ class Dispatcher(CPUDispatcher):
                 if better is None:
                     raise
                 raise better from None
+
+
+class _UnliteralDispatcher(CPUDispatcher):
+    """An ``@njit`` dispatcher that compiles one version for the plain types of its arguments.
+
+    Numba types a call of a dispatcher with the argument types as they are, so a constant
+    argument (``_rv_push(stack, top, RANGE, ...)``, ``_rv_start(st, n, 3)``) is a
+    ``Literal[int]`` and every distinct constant compiles (and caches) a version of its own."""
+
+    def get_call_template(self, args, kws):
+        return super().get_call_template(tuple(types.unliteral(a) for a in args), kws)
+
+
+class _OptLevelCache(FunctionCache):
+    """Numba's disk cache of a function, keyed on the LLVM optimisation level too: Numba's own
+    key (signature, CPU, bytecode) leaves ``NUMBA_OPT`` out, so code one process compiled at
+    ``NUMBA_OPT=0`` (``numbarules fuzz --opt 0``, the test suite's fuzz workers) would be
+    loaded, unoptimised, by every later process."""
+
+    def _index_key(self, sig, codegen):
+        return super()._index_key(sig, codegen) + (("NUMBA_OPT", str(numba_config.OPT)),)
+
+    def save_overload(self, sig, data):
+        # Numba refuses most code compiled at NUMBA_OPT=0 anyway (its "dynamic globals"), with
+        # a warning per function; unoptimised code is not worth keeping
+        if int(numba_config.OPT) != 0:
+            super().save_overload(sig, data)
+
+
+def njit_unliteral(func=None, *, cache=False, **options):
+    """``numba.njit`` for library code of ours (``_UnliteralDispatcher``); ``cache=True``
+    uses Numba's own disk cache, keyed on the optimisation level too (``_OptLevelCache``): for
+    module-level code that depends on nothing outside its file (docs/numba-internals.md)."""
+    if func is None:
+        return lambda fn: njit_unliteral(fn, cache=cache, **options)
+    disp = _UnliteralDispatcher(func, targetoptions={"nopython": True, **options})
+    if cache:
+        disp._cache = _OptLevelCache(func)
+    return disp
 
 
 def make_dispatcher(py_func, observer, options=None, local_types=None):

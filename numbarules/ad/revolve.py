@@ -32,10 +32,14 @@ import math
 import numba
 import numpy as np
 
+from ..numba_glue import njit_unliteral
+
 LOAD, SAVE, ADVANCE, TURN = 0, 1, 2, 3
 
 
-@numba.njit(cache=False)
+# Compiled once for all constant arguments (njit_unliteral) and kept in Numba's disk cache
+# (they depend on nothing outside this file).
+@njit_unliteral(cache=True)
 def _beta(s, r):
     """C(s + r, s), saturated at 2**62 past 2**40 (only compared with step counts).
 
@@ -72,7 +76,7 @@ def stack_rows(snaps):
     return max(snaps, 0) + STACK_SPARE
 
 
-@numba.njit(cache=False)
+@njit_unliteral(cache=True)
 def _rv_push(stack, top, kind, a, b, s, slot, r):
     stack[top, 0] = a
     stack[top, 1] = b
@@ -81,7 +85,7 @@ def _rv_push(stack, top, kind, a, b, s, slot, r):
     return top + 1
 
 
-@numba.njit(cache=False)
+@njit_unliteral(cache=True)
 def _rv_start(stack, n, snaps):
     """The stack's height after pushing the reversal of all ``n`` steps (0: nothing to do)."""
     if n <= 0:
@@ -94,7 +98,7 @@ def _rv_start(stack, n, snaps):
     return _rv_push(stack, 0, RANGE, 0, n, snaps, 0, r)
 
 
-@numba.njit(cache=False)
+@njit_unliteral(cache=True)
 def _rv_next(stack, top):
     """(op, a, b, new height): the next operation of the schedule (pops and expands records
     until an operation is on top). Call while the height is positive."""

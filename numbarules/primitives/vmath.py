@@ -35,6 +35,8 @@ from numba.core import types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
+from ..numba_glue import njit_unliteral
+
 __all__ = ["tanh", "exp", "tanh1", "exp1"]
 
 
@@ -199,9 +201,9 @@ def _output_for(x):
 # of it doubles the compile time. error_model="numpy": Python's would guard each division with a
 # ZeroDivisionError branch, which stops the loop from vectorizing. cache=True: these are library
 # code, the same in every process; the first process that uses a signature compiles it (about a
-# second) and later ones load it (docs/numba-internals.md).
+# second) and later ones load it (docs/numba-internals.md), at the same NUMBA_OPT only.
 
-@numba.njit(error_model="numpy", cache=True)
+@njit_unliteral(error_model="numpy", cache=True)
 def tanh(x):
     """Element-wise tanh of a float32 or float64 array of any shape and layout (0-d too).
 
@@ -212,7 +214,7 @@ def tanh(x):
     return out
 
 
-@numba.njit(error_model="numpy", cache=True)
+@njit_unliteral(error_model="numpy", cache=True)
 def exp(x):
     """Element-wise exp of a float32 or float64 array of any shape and layout (0-d too).
 
