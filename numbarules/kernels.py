@@ -20,7 +20,8 @@ import weakref
 import numpy as np
 
 from . import cache, numba_glue, profile, registry, rules
-from .ad import adjoints, analysis, closures, codegen, frontend, ir, runtime, tangents
+from .ad import (adjoints, analysis, closures, codegen, frontend, ir, partials, runtime,
+                 tangents)
 from .primitives import arrays
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
@@ -547,7 +548,14 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
             k += 1
             pname = f"{base}_{k}"
         ns[pname] = disp
-        return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
+        # written at the call for scalars (the expression is then what the compiled helper
+        # computes), in a kernel where `math` can name the math module
+        inline = None
+        if all(analysis.is_real_scalar(t) for t in argtypes) and ns.get("math", math) is math:
+            inline = partials.inline_form(target.impl)
+            if inline is not None:
+                ns["math"] = math
+        return codegen.CallPlan("scalar", pname, with_result=target.uses_result, inline=inline)
     callee = specialize(target, argtypes, arg_mask, spec.bounds)
     info["callee"] = callee
     if callee.ready:

@@ -172,6 +172,59 @@ def test_scalar_rule_with_types_on_a_generic_function():
     assert nr.grad(softplus)(0.3) == pytest.approx(1.0 / (1.0 + math.exp(-0.3)) + 100.0)
 
 
+def test_scalar_partials_are_written_into_the_kernel_where_that_means_the_same():
+    # sin's partial is an expression with no division: written at the call; log's is 1 / x,
+    # which in a kernel with Python's error model would raise at 0: the compiled call stays
+    def f(x):
+        return math.sin(x) * math.log(x)
+
+    code = nr.code(f, 1.3, kind="pullback")
+    assert "math.cos(x)" in code and "_partials_sin" not in code
+    assert "_partials_log(" in code
+    check_grad(f, 1.3)
+
+    @nr.generic
+    def soft(x: nr.Real):
+        return math.log1p(math.exp(x))
+
+    @nr.scalar_rule(soft, nr.Float64, uses_result=True)
+    def _(x, y):
+        return (1.0 - math.exp(-y) + 100.0,)     # +100: tells the rule ran
+
+    def g(x):
+        return soft(x) * 2.0
+
+    assert "math.exp(-" in nr.code(nr.grad(g), 0.3, kind="vjp")
+    assert nr.grad(g)(0.3) == pytest.approx(2.0 / (1.0 + math.exp(-0.3)) + 200.0)
+
+    @nr.generic
+    def inv(x: nr.Real):
+        return 1.0 / x if x != 0.0 else math.inf
+
+    @nr.scalar_rule(inv, nr.Float64)
+    def _(x):
+        return (-1.0 / (x * x),)
+
+    def h(x):
+        return inv(x)
+
+    assert nr.grad(h)(0.0) == -math.inf       # NumPy's error model, as JAX: no ZeroDivisionError
+
+
+def test_a_scalar_rule_whose_file_changed_is_not_written_from_the_new_text(tmp_path, monkeypatch):
+    mod = tmp_path / "nr_edited_rule.py"
+    mod.write_text("import math\nimport numbarules as nr\n\n"
+                   "def cube(x):\n    return x * x * x\n\n"
+                   "@nr.scalar_rule(cube)\ndef _(x):\n    return (3.0 * x * x,)\n\n"
+                   "def f(x):\n    return cube(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    m = importlib.import_module("nr_edited_rule")
+    mod.write_text(mod.read_text().replace("3.0 * x * x", "5.0 * x * x"))
+    # the kernel runs the rule the process loaded, never the text now on disk
+    assert nr.grad(m.f)(2.0) == pytest.approx(12.0)
+
+
 def test_a_rule_added_after_the_first_gradient_is_picked_up_precisely():
     my_sum = family()
 

@@ -10,7 +10,7 @@ the shape checks of a rule's tangents are module functions.
 
 from numba import types as nbt
 
-from . import ir
+from . import ir, partials
 from .analysis import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
                        is_float_tuple)
 
@@ -157,14 +157,17 @@ class Adjoints:
             extra = [s.target] if cp.with_result else []
             if cp.with_result:
                 out.read(s.target)
-            out.add(f"_p = {cp.name}({', '.join(args + extra)})")
+            if cp.inline is None:
+                out.add(f"_p = {cp.name}({', '.join(args + extra)})")
             for k, a in enumerate(e.args):
                 if act(a):
+                    p = (f"_p[{k}]" if cp.inline is None else
+                         partials.factor(cp.inline, k, args + extra))
                     if len(e.args) == 1:   # element-wise of one argument: same shape
-                        out.add(f"{d(a.id)} += {g} * _p[{k}]")
+                        out.add(f"{d(a.id)} += {g} * {p}")
                     else:
                         out.add(self.accumulator(self.types.get(s.target), d, src)(
-                            a, "+", f"{g} * _p[{k}]"))
+                            a, "+", f"{g} * {p}"))
             return
         if cp.kind == "derived":
             # Checkpointing: re-run the callee's forward from its saved inputs, then its pullback
@@ -285,13 +288,19 @@ def _binop_adjoint(op, a, b, act, src, g, acc, ndim):
 
 
 def _matmul_adjoint(a, b, act, src, g, acc, ndim):
-    """C = A @ B: dA = dC @ B^T, dB = A^T @ dC, spelled out per rank (vectors have no .T)."""
+    """C = A @ B: dA = dC @ B^T, dB = A^T @ dC, spelled out per rank (vectors have no .T).
+
+    The transposes are copied C-contiguous: Numba compiles its matrix product once per pair of
+    layouts (``dot_2`` and ``dot_3``, 0.3-0.4 s per pair), and a C-ordered operand's ``.T`` is
+    Fortran-ordered, so ``dC @ B.T`` and ``A.T @ dC`` were two more compiles besides the primal's
+    (C, C) product. The copy is O(size) beside the product's O(size * n)."""
     na, nb = ndim(a), ndim(b)
     A, B = src(a), src(b)
     if na == 2 and nb == 2:
-        da, db = f"{g} @ {B}.T", f"{A}.T @ {g}"
+        da, db = (f"{g} @ _np.ascontiguousarray({B}.T)",
+                  f"_np.ascontiguousarray({A}.T) @ {g}")
     elif na == 2 and nb == 1:
-        da, db = f"_np.outer({g}, {B})", f"{A}.T @ {g}"
+        da, db = f"_np.outer({g}, {B})", f"_np.ascontiguousarray({A}.T) @ {g}"
     elif na == 1 and nb == 2:
         da, db = f"{B} @ {g}", f"_np.outer({A}, {g})"
     else:

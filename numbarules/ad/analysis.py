@@ -45,6 +45,11 @@ def is_float(t):
     return isinstance(t, nbt.Float)
 
 
+def is_real_scalar(t):
+    """A float, an int or a bool (a Literal one too)."""
+    return isinstance(nbt.unliteral(t), (nbt.Float, nbt.Integer, nbt.Boolean))
+
+
 def is_array(t):
     return isinstance(t, nbt.Array)
 

@@ -43,6 +43,8 @@ class CallPlan:
     name: str = ""             # namespace name of the partials function or the callee's vjp
     mask: tuple = ()           # derived: which arguments carry tangents
     with_result: bool = False  # scalar: partials take the primal result as a last argument
+    inline: tuple = None       # scalar: the partials as expressions (ad/partials.inline_form),
+                               # written at the call instead of calling ``name``
     checked: str = ""          # derived from a user's rule: its name, to check tangent shapes
     keep: bool = False         # derived: at the top level, keep the callee's residuals from the
                                # forward instead of re-running its forward in the reverse
