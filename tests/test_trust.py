@@ -1718,3 +1718,34 @@ def test_a_helper_writing_into_an_array_inside_a_tuple_argument_is_refused():
     with pytest.raises(nr.UnsupportedSyntaxError,
                        match=r"argument '\(a, 1.0\)' \(an array it holds"):
         nr.grad(g)(np.linspace(0.5, 1.5, 3))
+
+
+def test_a_function_whose_source_is_not_its_code_is_refused(tmp_path, monkeypatch):
+    """The AD reads a function's source from its file: a file edited after the import, or a
+    decorator's wrapper (functools.wraps points inspect at the wrapped function), would be
+    differentiated in place of the code the process runs (silently: 2x here)."""
+    import functools
+    import importlib
+
+    def twice(f):
+        @functools.wraps(f)
+        def wrapper(x):
+            return 2.0 * f(x)
+        return wrapper
+
+    @twice
+    def sq(x):
+        return x * x
+
+    with pytest.raises(nr.UnsupportedSyntaxError, match="a decorator wraps the function"):
+        nr.grad(sq)(1.5)
+
+    mod = tmp_path / "nr_edited_function.py"
+    mod.write_text("def f(x):\n    return 3.0 * x * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    m = importlib.import_module("nr_edited_function")
+    assert nr.grad(m.f)(1.0) == pytest.approx(6.0)
+    mod.write_text("def f(x):\n    return 5.0 * x * x\n")
+    nr.clear_cache(m.f)
+    with pytest.raises(nr.UnsupportedSyntaxError, match="the file changed after it was loaded"):
+        nr.grad(m.f)(1.0)

@@ -56,6 +56,12 @@ class Source:
         self.lines = text.splitlines()
         tree = ast.parse(text)
         self.node = _find_function(tree, func)
+        if not same_code(self.node, func):
+            raise UnsupportedSyntaxError(
+                f"the source of {func.__qualname__} ({self.file}:{self.firstline}) is not the "
+                f"code the function runs: the file changed after it was loaded, or a decorator "
+                f"wraps the function. Reload the module (importlib.reload), or differentiate "
+                f"the function the decorator wraps")
         self.namespace = dict(func.__globals__)
         for name, cell in zip(code.co_freevars, func.__closure__ or ()):
             try:
@@ -83,6 +89,44 @@ class Source:
 
 
 _MISSING = object()
+
+
+def same_code(node, func):
+    """Whether ``node`` (a def or lambda read from ``func``'s file) compiles to the code
+    ``func`` runs. The source is read from the file when asked (``inspect.getsource``): a file
+    edited after it was imported would otherwise be differentiated in place of the code the
+    process runs, and a decorator's wrapper (``functools.wraps``) would be differentiated as
+    the function it wraps. The bytecode itself differs between compiles of the same text (and
+    free variables of a closure become globals when the def is compiled alone), so the
+    constants, names, variables and arity are compared."""
+    if isinstance(node, ast.Lambda):
+        module = ast.Expression(body=node)
+        mode = "eval"
+    else:
+        node = ast.FunctionDef(name=node.name, args=node.args, body=node.body,
+                               decorator_list=[], returns=None, type_comment=None,
+                               type_params=[])
+        module = ast.Module(body=[node], type_ignores=[])
+        mode = "exec"
+    try:
+        code = compile(ast.fix_missing_locations(module), func.__code__.co_filename, mode,
+                       dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    made = next((c for c in code.co_consts if hasattr(c, "co_code")), None)
+    own = func.__code__
+    return made is not None and \
+        _code_shape(made, own.co_freevars) == _code_shape(own, own.co_freevars)
+
+
+def _code_shape(code, free):
+    """What ``same_code`` compares of a code object (nested code objects by their shape too);
+    ``free``: the enclosing scope's names, globals when the def is compiled alone."""
+    consts = tuple(_code_shape(c, free) if hasattr(c, "co_code") else (type(c), c)
+                   for c in code.co_consts)
+    names = tuple(n for n in code.co_names if n not in free)
+    return (code.co_name, code.co_argcount, code.co_kwonlyargcount, consts, names,
+            code.co_varnames)
 
 
 def _find_function(tree, func):
