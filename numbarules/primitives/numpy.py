@@ -286,19 +286,6 @@ def _tanh(x, y):
     return (1.0 - y * y,)
 
 
-@register_jitable
-def tanh_adjoint(dy, y):
-    """``dy * (1 - y*y)`` in one pass: the expression would make three array temporaries."""
-    if dy.shape != y.shape:
-        raise ValueError("tanh pullback: the tangent's shape differs from the result's")
-    a, b = np.ascontiguousarray(dy).ravel(), np.ascontiguousarray(y).ravel()
-    out = np.empty(y.shape, y.dtype)
-    o = out.reshape(out.size)
-    for i in range(o.size):
-        o[i] = a[i] * (1.0 - b[i] * b[i])
-    return out
-
-
 # Arrays get their own rules: Numba's np.tanh / np.exp call libm once per element (this llvmlite
 # has no SVML), about ten times slower than NumPy; vmath's versions vectorize.
 @rrule(np.tanh, Array[AbstractFloat])
@@ -306,7 +293,7 @@ def _tanh_array(x):
     y = vmath.tanh(x)
 
     def tanh_pullback(dy):
-        return (tanh_adjoint(dy, y),)
+        return (vmath.tanh_adjoint(dy, y),)
     return y, tanh_pullback
 
 

@@ -215,6 +215,21 @@ def tanh(x):
 
 
 @njit_unliteral(error_model="numpy", cache=True)
+def tanh_adjoint(dy, y):
+    """``dy * (1 - y*y)`` in one pass (the pullback of ``tanh``): the expression would make
+    three array temporaries. Library code like the two functions around it, from Numba's disk
+    cache: compiled in a process it was 0.3-0.5 s of the MLP's first gradient."""
+    if dy.shape != y.shape:
+        raise ValueError("tanh pullback: the tangent's shape differs from the result's")
+    a, b = np.ascontiguousarray(dy).ravel(), np.ascontiguousarray(y).ravel()
+    out = np.empty(y.shape, y.dtype)
+    o = out.reshape(out.size)
+    for i in range(o.size):
+        o[i] = a[i] * (1.0 - b[i] * b[i])
+    return out
+
+
+@njit_unliteral(error_model="numpy", cache=True)
 def exp(x):
     """Element-wise exp of a float32 or float64 array of any shape and layout (0-d too).
 
