@@ -186,7 +186,7 @@ def bench(quick, names=(), out=print):
 
 
 def fuzz(n, seed, features=None, keep=None, timeout=120.0, verbose=False, start=0, jobs=1,
-         opt=None, out=print):
+         opt=None, out=print, disk_cache=False):
     """``numbarules fuzz``: generate and check random programs (numbarules/fuzz); print the
     summary and each failing program. Exit code 1 if any program is wrong, crashes the engine
     (internal, hangs included), is refused for a construct the README does not list as refused,
@@ -201,7 +201,8 @@ def fuzz(n, seed, features=None, keep=None, timeout=120.0, verbose=False, start=
                 out(f"  {name:15s} {text}")
             return 2
     summary = fuzzer.run(n=n, seed=seed, features=features or None, timeout=timeout,
-                         verbose=verbose, keep=keep, start=start, jobs=jobs, opt=opt, out=out)
+                         verbose=verbose, keep=keep, start=start, jobs=jobs, opt=opt, out=out,
+                         disk_cache=disk_cache)
     out(summary.report())
     return 1 if summary.failures else 0
 
@@ -246,6 +247,9 @@ def main(argv=None):
     fz.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     fz.add_argument("--opt", type=int, choices=(0, 1, 2, 3), default=None,
                     help="NUMBA_OPT for the workers (0 compiles fastest)")
+    fz.add_argument("--disk-cache", action="store_true",
+                    help="the disk cache on: each program that checks out is checked again in "
+                         "another process, which loads the kernels the first compiled")
     fz.add_argument("--minimize", action="store_true",
                     help="shrink program --start while it fails the same way, print it")
     fz.add_argument("-v", "--verbose", action="store_true", help="a line per program")
@@ -262,7 +266,7 @@ def main(argv=None):
             _, res = minimize(args.seed, args.start, feats, timeout=args.timeout)
             return 0 if res.outcome == "ok" or (res.outcome == "refused" and res.expected) else 1
         return fuzz(args.n, args.seed, args.features, args.keep, args.timeout, args.verbose,
-                    args.start, args.jobs, args.opt)
+                    args.start, args.jobs, args.opt, disk_cache=args.disk_cache)
     if args.command == "cache":
         return cache_command(args.action)
     if args.command == "profile":

@@ -30,6 +30,7 @@ from numba.core import cgutils, compiler, errors, funcdesc, ir, types, typing
 from numba.core import config as numba_config
 from numba.core.caching import FunctionCache
 from numba.core import event as numba_event
+from numba.core.codegen import RuntimeLinker
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.targetconfig import ConfigStack
 from numba.core.compiler_machinery import FunctionPass, register_pass
@@ -729,9 +730,23 @@ def _reduce(cres):
     globals such as addresses of Python objects, an environment another process cannot
     rebuild)."""
     if cres.objectmode or any(not x.can_cache for x in cres.lifted) or \
-            cres.library.has_dynamic_globals or not _environments_importable(cres):
+            cres.library.has_dynamic_globals or not _environments_importable(cres) or \
+            _calls_unresolved(cres.library):
         return None
     return serialize(cres._reduce())
+
+
+def _calls_unresolved(library):
+    """Whether the code calls a recursive function through Numba's unresolved-symbol cells
+    (``RuntimeLinker``: a recursive callee linked into a caller, a call in a loop). The cells
+    are filled by Numba's runtime linker for modules it finalizes, never for object code loaded
+    from a cache: such code, stored and loaded, aborted the process ("LLVM ERROR: Symbol not
+    found: .numba.unresolved$...")."""
+    module = getattr(library, "_final_module", None)
+    if module is None:
+        return False            # object code loaded from disk: checked when it was stored
+    prefix = RuntimeLinker.PREFIX
+    return any(gv.name.startswith(prefix) for gv in module.global_variables)
 
 
 def _environments_importable(cres):

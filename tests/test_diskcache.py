@@ -628,3 +628,45 @@ def test_code_of_a_module_without_a_name_is_never_stored_where_it_cannot_load(tm
     expected = 2.0 * sum(0.1 * (k + 1.0) * np.cos(0.3 * (k + 1.0)) for k in range(3))
     assert runs[0]["grad"] == pytest.approx(expected, rel=1e-12)
     assert runs[1]["grad"] == runs[0]["grad"] and runs[1]["value"] == runs[0]["value"]
+
+
+RECURSIVE_IN_A_LOOP = '''
+import json, math
+import numpy as np
+import numbarules as nr
+
+def rec(a, n):
+    if n <= 0:
+        return a
+    return math.sin(rec(a, n - 1)) + 0.3 * a
+
+def f(x, v):
+    s = 0.0
+    for i in range(2):
+        s = 0.5 * s + v[i]
+        if v[-1] >= v[i + 1]:
+            return rec(x, 2) + s       # a recursive callee linked into the loop's kernel
+    return s + x
+
+g = nr.grad(f, argnums=(0, 1))(0.7, np.array([0.1, 0.5, 0.3]))
+print(json.dumps({"grad": [g[0]] + g[1].tolist(), "disk_hits": nr.cache_info()["disk_hits"]}))
+'''
+
+
+def test_code_that_calls_a_recursive_function_through_numbas_cells_is_not_stored(tmp_path):
+    # A recursive helper called in a loop is linked into the kernel, and its recursion goes
+    # through Numba's "unresolved symbol" cells, which only Numba's runtime linker fills (for
+    # modules it finalizes itself): the second process loaded such a kernel and aborted
+    # ("LLVM ERROR: Symbol not found: .numba.unresolved$...", found by `numbarules fuzz
+    # --disk-cache`). It is compiled again instead; what can be stored still is.
+    (tmp_path / "child.py").write_text(RECURSIVE_IN_A_LOOP)
+    environ = dict(os.environ, NUMBARULES_CACHE_DIR=str(tmp_path / "cache"), NUMBARULES_CACHE="1",
+                   PYTHONPATH=ROOT)
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(tmp_path / "child.py")],
+                              capture_output=True, text=True, env=environ, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert runs[1]["grad"] == runs[0]["grad"]
+    assert runs[0]["disk_hits"] == 0 and runs[1]["disk_hits"] > 0

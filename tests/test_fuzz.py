@@ -264,6 +264,18 @@ def test_200_programs_check_out():
     assert checked >= 10 * N, s.table()     # the finite differences really compared something
 
 
+def test_programs_check_out_again_in_a_process_that_loads_them_from_the_disk_cache():
+    # the second pass of each program runs in another worker process, on the kernels the first
+    # stored: a kernel keyed wrongly, or one that cannot run once loaded, fails there (a
+    # recursive helper called in a loop aborted the loading process before 2026-12-05)
+    s = fuzz.run(n=4, seed=SEED, features=["recursion", "loops", "world"], timeout=TIMEOUT,
+                 opt=OPT, jobs=2, disk_cache=True)
+    assert not s.failures, s.report()
+    loaded = [r for r in s.results if r.loaded]
+    assert len(loaded) >= 3 and sum(r.disk_hits for r in loaded) >= 5, s.table()
+    assert "from the disk cache" in s.table()
+
+
 def test_cli_fuzz_reports_and_exits_nonzero_on_failure(capsys, tmp_path):
     # one scalar program; the exit code follows the summary
     rc = cli.main(["fuzz", "--n", "1", "--seed", str(SEED), "--features", "scalar",

@@ -241,6 +241,8 @@ class Result:
     seconds: float = 0.0
     stream: list = None          # generate()'s features argument: reproduce with it
     stages: dict = field(default_factory=dict)   # seconds per stage (fd, grad, pullback, ...)
+    disk_hits: int = 0       # specializations loaded from numbarules' disk cache by the check
+    loaded: bool = False     # the check of ``run(disk_cache=True)``'s second process
 
     def to_json(self):
         return json.dumps(self.__dict__)
@@ -295,19 +297,30 @@ def check_program(prog, directory=None):
                          + _first_line(exc), traceback.format_exc(), t0)
         f = getattr(mod, prog.entry)
         files = {path, pool.__file__}
-        res, first = _check_paths(prog, mod, f, files, res, t0)
-        if res.outcome != "ok" or not hasattr(mod, "world_change"):
+        hits = _disk_hits()
+        try:
+            res, first = _check_paths(prog, mod, f, files, res, t0)
+            if res.outcome != "ok" or not hasattr(mod, "world_change"):
+                return res
+            # the world changes (a method or rule is added): Python now runs the new method, so
+            # the references are drawn again; the old gradient object must follow the change
+            # and the old pullback must keep its world (the same tangents, nothing recompiled)
+            mod.world_change()
+            res, _ = _check_paths(prog, mod, f, files, res, t0, first)
             return res
-        # the world changes (a method or rule is added): Python now runs the new method, so
-        # the references are drawn again; the old gradient object must follow the change and
-        # the old pullback must keep its world (the same tangents, nothing recompiled)
-        mod.world_change()
-        res, _ = _check_paths(prog, mod, f, files, res, t0, first)
-        return res
+        finally:
+            res.disk_hits = _disk_hits() - hits
     finally:
         sys.modules.pop(prog.module_name, None)
         if own_dir:
             _rmtree(directory)
+
+
+def _disk_hits():
+    import numbarules as nr
+    return nr.cache_info()["disk_hits"]
+
+
 
 
 @dataclass
@@ -827,6 +840,10 @@ class Summary:
                      f"{self.skipped_points}; coordinates left unchecked: "
                      f"{sum(r.skipped_coordinates for r in self.results)} of "
                      f"{sum(r.checked_coordinates + r.skipped_coordinates for r in self.results)}")
+        loaded = [r for r in self.results if r.loaded]
+        if loaded:
+            lines.append(f"  checked again in another process from the disk cache: {len(loaded)} "
+                         f"programs, {sum(r.disk_hits for r in loaded)} specializations loaded")
         return "\n".join(lines)
 
     def report(self, sources=True):
@@ -894,7 +911,7 @@ def _indent(text):
 # --- the public entry point -----------------------------------------------------------------------
 
 def run(n=100, seed=0, features=None, timeout=120.0, verbose=False, keep=None, setup=None,
-        start=0, jobs=1, opt=None, out=print, recycle=150):
+        start=0, jobs=1, opt=None, out=print, recycle=150, disk_cache=False):
     """Generate and check programs ``start .. start + n - 1`` of stream ``seed``; returns a
     ``Summary``.
 
@@ -905,7 +922,11 @@ def run(n=100, seed=0, features=None, timeout=120.0, verbose=False, keep=None, s
     ``"module:function"`` or ``"file.py:function"`` each worker calls before its first program
     (tests use it to break a rule on purpose). ``jobs``: worker processes run in parallel.
     ``opt``: ``NUMBA_OPT`` for the workers (None: inherit). ``recycle``: a worker is replaced
-    after that many programs (bounds the memory compiled code accumulates).
+    after that many programs (bounds the memory compiled code accumulates). ``disk_cache``:
+    numbarules' disk cache on (in a directory of the run's own), and every program that checks
+    out is checked again in another worker process, which loads what the first one compiled:
+    a kernel the cache keys wrongly (a stale world, a frozen value left out of the key) comes
+    out wrong there (``Result.loaded``, ``Result.disk_hits``).
     """
     if features is not None:
         features = tuple(features)
@@ -920,39 +941,52 @@ def run(n=100, seed=0, features=None, timeout=120.0, verbose=False, keep=None, s
     t0 = time.perf_counter()
     summary = Summary(seed, features or ())
     tmp = tempfile.mkdtemp(prefix="nrfuzz-")
+    if disk_cache:
+        env["NUMBARULES_CACHE"] = "1"
+        env["NUMBARULES_CACHE_DIR"] = os.path.join(tmp, "nrcache")
     directory = keep or tmp
     os.makedirs(directory, exist_ok=True)
-    todo = list(range(start, start + n))
+    todo = [(i, 1) for i in range(start, start + n)]    # (index, pass: 2 = from the disk)
+    first_pass = {}       # index -> (the worker of its first pass, its result)
     workers = [None] * max(1, jobs)
     served = [0] * len(workers)
-    running = {}          # slot -> (index, deadline)
+    running = {}          # slot -> (index, deadline, started, pass)
     results = {}
     try:
         while todo or running:
             for slot in range(len(workers)):
                 if slot in running or not todo:
                     continue
+                # a second pass runs in another process than the first
+                pick = next((k for k, (i, ps) in enumerate(todo)
+                             if ps == 1 or first_pass[i][0] is not workers[slot]), None)
+                if pick is None:
+                    if len(workers) > 1:
+                        continue            # another worker takes it
+                    pick = 0
+                    workers[slot].close()
+                    workers[slot] = None
                 if workers[slot] is not None and served[slot] >= recycle:
                     workers[slot].close()
                     workers[slot] = None
                 if workers[slot] is None:
                     workers[slot] = _Worker(env, setup, os.path.join(tmp, f"worker{slot}.err"))
                     served[slot] = 0
-                index = todo.pop(0)
+                index, ps = todo.pop(pick)
                 workers[slot]._send({"seed": seed, "index": index, "features": features,
                                      "dir": directory})
                 served[slot] += 1
-                running[slot] = (index, time.monotonic() + timeout, time.monotonic())
+                running[slot] = (index, time.monotonic() + timeout, time.monotonic(), ps)
             # wait for any worker
             fds = {workers[s].proc.stdout.fileno(): s for s in running}
             ready = [s for s in running if b"\n" in workers[s].buf]
             if not ready:
-                wait = max(0.0, min(d for _, d, _ in running.values()) - time.monotonic())
+                wait = max(0.0, min(r[1] for r in running.values()) - time.monotonic())
                 r, _, _ = select.select(list(fds), [], [], wait)
                 ready = [fds[fd] for fd in r]
             now = time.monotonic()
             for slot in list(running):
-                index, deadline, started = running[slot]
+                index, deadline, started, ps = running[slot]
                 w = workers[slot]
                 res = None
                 if slot in ready:
@@ -986,6 +1020,15 @@ def run(n=100, seed=0, features=None, timeout=120.0, verbose=False, keep=None, s
                     except Exception:   # noqa: BLE001
                         pass
                 res.seconds = time.monotonic() - started
+                if disk_cache and ps == 1 and res.outcome == "ok":
+                    first_pass[index] = (w, res)
+                    todo.insert(0, (index, 2))
+                    continue
+                if ps == 2:
+                    res.loaded = True
+                    res.seconds += first_pass[index][1].seconds
+                    if res.outcome != "ok":
+                        res.error = "checked again loading from the disk cache: " + res.error
                 results[index] = res
                 if keep and res.outcome != "ok" and res.repro:
                     name = os.path.join(keep, f"fail_{seed}_{index}_{res.outcome}.py")
