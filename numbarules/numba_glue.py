@@ -812,7 +812,25 @@ def _rebuild(dispatcher, payload):
     cres = compiler.CompileResult._rebuild(dispatcher.targetctx, *pickle.loads(payload))
     # Loading consumed the object code; keep the bytes, to store callers that call this unlinked.
     cres.library._nr_payload = payload
+    _announce_definitions(cres.library)
     return cres
+
+
+def _announce_definitions(library):
+    """Tell Numba's runtime linker which functions loaded object code defines. Code compiled
+    later in this process may call one of them through an unresolved-symbol cell (recursion:
+    a recursive function's kernels compiled here while the function itself was loaded); the
+    linker fills a cell only with symbols it saw defined, and it scans only modules it
+    finalizes, never object code loaded from a cache: the cell kept pointing at
+    ``nrt_unresolved_abort`` ("numba jitted function aborted due to unresolved symbol", found by
+    ``numbarules fuzz --disk-cache``)."""
+    shared = getattr(library, "_shared_module", None)
+    codegen = library.codegen
+    linker = getattr(codegen, "_rtlinker", None)
+    if shared is None or linker is None:
+        return
+    linker.scan_defined_symbols(shared)
+    linker.resolve(codegen._engine)
 
 
 # --- 5. observing compiles (numbarules.profile) ---------------------------------------------------

@@ -670,3 +670,39 @@ def test_code_that_calls_a_recursive_function_through_numbas_cells_is_not_stored
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert runs[1]["grad"] == runs[0]["grad"]
     assert runs[0]["disk_hits"] == 0 and runs[1]["disk_hits"] > 0
+
+
+RECURSIVE_WITH_CONSTANTS = '''
+import json
+import numbarules as nr
+
+def rec(a, n):
+    if n == 0:
+        return 1.0
+    b = rec(a * 0.5, n - 1)
+    return a * b + 0.1
+
+def f(x):
+    return x * x * rec(0.96, 1)     # constant arguments: the primal call, not differentiated
+
+print(json.dumps({"grad": nr.grad(f)(0.5), "disk_hits": nr.cache_info()["disk_hits"]}))
+'''
+
+
+def test_code_compiled_after_a_recursive_function_was_loaded_can_call_it(tmp_path):
+    # Code compiled in the second process called the recursive function loaded from the disk
+    # through one of Numba's unresolved-symbol cells, which Numba's runtime linker fills only
+    # with symbols of modules it finalized itself: "numba jitted function aborted due to
+    # unresolved symbol" (found by `numbarules fuzz --disk-cache`). Loaded code now tells the
+    # linker what it defines.
+    (tmp_path / "child.py").write_text(RECURSIVE_WITH_CONSTANTS)
+    environ = dict(os.environ, NUMBARULES_CACHE_DIR=str(tmp_path / "cache"), NUMBARULES_CACHE="1",
+                   PYTHONPATH=ROOT)
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(tmp_path / "child.py")],
+                              capture_output=True, text=True, env=environ, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert runs[0]["grad"] == pytest.approx(2 * 0.5 * (0.96 * 1.0 + 0.1), rel=1e-12)
+    assert runs[1]["grad"] == runs[0]["grad"] and runs[1]["disk_hits"] > 0

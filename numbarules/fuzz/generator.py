@@ -1992,10 +1992,13 @@ class Generator:
         # the call site: straight, in a loop, in a branch, or through a plain helper
         site = self.pick([(2, "straight"), (2, "loop"), (1, "branch"), (2, "helper")])
         self.use("world call: " + site)
-        if site == "helper" and kind == "write":
+        if site == "helper" and kind in ("write", "vector"):
+            # the array is f's: the helper takes it as a parameter
             helper = self.fresh("hw")
-            blocks.append(f"def {helper}(a, t):\n    return {self.const()} * w_g(a, t) + t\n")
-            call = lambda e: f"{helper}({buf}, {e})"  # noqa: E731
+            arr = buf if kind == "write" else self.r.choice(self.vecs(ndim=1)).expr
+            inner = "w_g(a, t)" if kind == "write" else "w_g(a)"
+            blocks.append(f"def {helper}(a, t):\n    return {self.const()} * {inner} + t\n")
+            call = lambda e: f"{helper}({arr}, {e})"  # noqa: E731
         elif site == "helper":
             helper = self.fresh("hw")
             blocks.append(f"def {helper}(t):\n    return {self.const()} * {call('t')} + t\n")
