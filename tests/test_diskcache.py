@@ -630,6 +630,20 @@ def test_code_of_a_module_without_a_name_is_never_stored_where_it_cannot_load(tm
     assert runs[1]["grad"] == runs[0]["grad"] and runs[1]["value"] == runs[0]["value"]
 
 
+def _two_processes(tmp_path, source):
+    """The JSON last printed by ``source`` run in two processes on one empty disk cache."""
+    (tmp_path / "child.py").write_text(source)
+    environ = dict(os.environ, NUMBARULES_CACHE_DIR=str(tmp_path / "cache"), NUMBARULES_CACHE="1",
+                   PYTHONPATH=ROOT)
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(tmp_path / "child.py")],
+                              capture_output=True, text=True, env=environ, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 RECURSIVE_IN_A_LOOP = '''
 import json, math
 import numpy as np
@@ -659,15 +673,7 @@ def test_code_that_calls_a_recursive_function_through_numbas_cells_is_not_stored
     # modules it finalizes itself): the second process loaded such a kernel and aborted
     # ("LLVM ERROR: Symbol not found: .numba.unresolved$...", found by `numbarules fuzz
     # --disk-cache`). It is compiled again instead; what can be stored still is.
-    (tmp_path / "child.py").write_text(RECURSIVE_IN_A_LOOP)
-    environ = dict(os.environ, NUMBARULES_CACHE_DIR=str(tmp_path / "cache"), NUMBARULES_CACHE="1",
-                   PYTHONPATH=ROOT)
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, str(tmp_path / "child.py")],
-                              capture_output=True, text=True, env=environ, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    runs = _two_processes(tmp_path, RECURSIVE_IN_A_LOOP)
     assert runs[1]["grad"] == runs[0]["grad"]
     assert runs[0]["disk_hits"] == 0 and runs[1]["disk_hits"] > 0
 
@@ -695,14 +701,6 @@ def test_code_compiled_after_a_recursive_function_was_loaded_can_call_it(tmp_pat
     # with symbols of modules it finalized itself: "numba jitted function aborted due to
     # unresolved symbol" (found by `numbarules fuzz --disk-cache`). Loaded code now tells the
     # linker what it defines.
-    (tmp_path / "child.py").write_text(RECURSIVE_WITH_CONSTANTS)
-    environ = dict(os.environ, NUMBARULES_CACHE_DIR=str(tmp_path / "cache"), NUMBARULES_CACHE="1",
-                   PYTHONPATH=ROOT)
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, str(tmp_path / "child.py")],
-                              capture_output=True, text=True, env=environ, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    runs = _two_processes(tmp_path, RECURSIVE_WITH_CONSTANTS)
     assert runs[0]["grad"] == pytest.approx(2 * 0.5 * (0.96 * 1.0 + 0.1), rel=1e-12)
     assert runs[1]["grad"] == runs[0]["grad"] and runs[1]["disk_hits"] > 0
