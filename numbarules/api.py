@@ -58,9 +58,22 @@ class Gradient:
 
     def _install(self):
         """Make calls from Python jump into the compiled entry for ``f``'s arities now."""
-        cache.install_entry(self, _arities(self.f), lambda a: None, Gradient._resolve_entry,
-                            pick=None if self.with_value else 1)
-        type(self).__call__ = staticmethod(_entry(self, type(self).__call__))
+        arities = _arities(self.f)
+        pick = None if self.with_value else 1
+        if len(arities) == 1:
+            # the entry's driver is the overload itself; grad picks the gradients in Python
+            cache.install_direct_entry(self, arities[0], self._check_values,
+                                       lambda argtypes: self._driver(argtypes, entry=True))
+            type(self).__call__ = staticmethod(_entry(self, type(self).__call__, pick))
+        else:
+            cache.install_entry(self, arities, lambda a: None, Gradient._resolve_entry, pick=pick)
+            type(self).__call__ = staticmethod(_entry(self, type(self).__call__))
+
+    def _check_values(self, args):
+        # before the AD transform runs on types Numba could not give (a Python object: pyobject)
+        error = _argument_error(self, args)
+        if error is not None:
+            raise error
 
     @property
     def _numba_type_(self):
@@ -144,16 +157,20 @@ class Gradient:
                               f"{spec.fn.name} ({spec.fn.file}:{spec.fn.firstline}) in one "
                               f"function\n", 1)
         kernels._exec(src, ns, self.__qualname__)
+        # The entry's driver is what Python calls (cache.install_direct_entry), with a CPython
+        # wrapper; it is stored on disk under what it computes, shared by grad and value_and_grad
+        persist = (("entry driver", self.f, self.argnums, self.boundscheck) if entry
+                   else ("driver", self))
         disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,),
                            options={"boundscheck": True} if self.boundscheck else None,
-                           persist=None if entry else ("driver", self), python=False)
+                           persist=persist, python=entry)
         self._drivers[(argtypes, entry)] = (disp, node)
         if entry:
             spec.entry_drivers[self.argnums] = (disp, node)
         return disp
 
 
-def _entry(grad, entry):
+def _entry(grad, entry, pick=None):
     """``entry``, the compiled call of gradient object ``grad``, as Python calls it: keyword
     arguments and omitted defaults bound to positions, a function that gained a method of another
     arity re-entered, and errors explained.
@@ -163,7 +180,8 @@ def _entry(grad, entry):
     it would report is in generated kernels. Running the user's function in Python on the same
     arguments raises NumPy's own error at the user's line; that is the error raised, noting
     where it came from. An error the primal does not reproduce (from a pullback) is raised as it
-    was.
+    was. ``pick``: the item of the entry's result to return (grad's gradients: the entry's
+    driver returns the value too, shared with value_and_grad).
     """
     f = grad.f
     arities = _arities(f)
@@ -172,7 +190,9 @@ def _entry(grad, entry):
         if kwargs:
             args = _bind(grad, args, kwargs)
         try:
-            return entry(*args)
+            if pick is None:
+                return entry(*args)
+            return entry(*args)[pick]
         except numba_glue.NumbaError as exc:
             raise _argument_error(grad, args) or exc
         except TypeError as exc:

@@ -546,6 +546,50 @@ def install_entry(owner, arities, check, resolve, pick=None):
     type(owner).__call__ = staticmethod(tramp)
 
 
+def install_direct_entry(owner, arity, check, callee_of):
+    """Make ``owner(...)`` with ``arity`` positional arguments run code compiled elsewhere, with
+    nothing compiled for the entry itself: ``callee_of(argtypes)`` returns the dispatcher
+    (compiled with a CPython wrapper) whose code runs for ``argtypes``, and its compile result
+    becomes the entry's overload (``numba_glue.AdoptingDispatcher``). Unlike ``install_entry``'s
+    trampoline, which typed, lowered and optimised a function calling the callee (0.05-0.08 s
+    per first call), this only registers the callee's entry point with Numba's C dispatcher.
+
+    The entry's node links the callee's: dropping the callee's code (a rule added, a method
+    changed) drops the entry's overload too, and the next call adopts the new code. ``check(args)``
+    runs on the first call with new types, before anything is compiled."""
+    old = owner.__dict__.get("_nr_trampoline")
+    if old is not None:
+        invalidate(list(_nodes_of(old).values()))
+    label = f"{owner.__qualname__} (entry)"
+
+    def adopt(disp, argtypes):
+        callee = callee_of(argtypes)
+        cres = numba_glue.compile_result(callee, argtypes)
+        node = Node(disp, argtypes, label)
+        _set_node(disp, argtypes, node)
+        _link(node, (), [_node(callee, argtypes)])
+        return cres
+
+    params = ", ".join(f"a{i}" for i in range(arity))
+    src = (f"def {owner.__name__}({params}):\n"
+           f"    raise AssertionError('an adopting entry runs its callees code only')\n")
+    ns = {}
+    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"),  # noqa: S102
+         {"__name__": GENERATED}, ns)
+    entry = numba_glue.make_adopting_dispatcher(ns[owner.__name__], adopt)
+    entry._cache = _DiskSlot(entry, label, owner, None)     # its label; it stores nothing
+    entry._nr_arities = (arity,)
+
+    def before(disp, args):
+        numba_glue.pending_errors().clear()
+        check(args)
+
+    entry.before_compile = before
+    entry.on_error = lambda disp, args, exc: _boundary_error(exc)
+    owner._nr_trampoline = entry
+    type(owner).__call__ = staticmethod(entry)
+
+
 def node_of(dispatcher, argtypes):
     return _node(dispatcher, argtypes)
 

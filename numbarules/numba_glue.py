@@ -26,7 +26,7 @@ import weakref
 import llvmlite.binding as llvm_binding
 from llvmlite import ir as llvm_ir
 
-from numba.core import cgutils, compiler, errors, funcdesc, ir, types, typing
+from numba.core import cgutils, compiler, errors, funcdesc, ir, sigutils, types, typing
 from numba.core import config as numba_config
 from numba.core.caching import FunctionCache
 from numba.core import event as numba_event
@@ -494,6 +494,40 @@ class Dispatcher(CPUDispatcher):
                 if better is None:
                     raise
                 raise better from None
+
+
+class AdoptingDispatcher(Dispatcher):
+    """A dispatcher that compiles no code of its own: for each signature it runs another
+    dispatcher's compile result, which ``adopt(dispatcher, argtypes)`` returns (compiled with a
+    CPython wrapper). Numba's C dispatcher keeps only (type codes -> entry point), so a call from
+    Python goes from its type lookup straight into the adopted code, as it would for that
+    dispatcher itself: no trampoline function is typed, lowered and optimised per signature.
+
+    The Python function it wraps only gives the arity: Numba's C dispatcher reads exactly that
+    many argument types, so one of these serves one arity."""
+
+    adopt = None
+
+    def compile(self, sig):
+        with LOCK:
+            args = tuple(sigutils.normalize_signature(sig)[0])
+            found = self.overloads.get(args)
+            if found is None:
+                found = self.adopt(self, args)
+                self.add_overload(found)
+            return found.entry_point
+
+
+def make_adopting_dispatcher(py_func, adopt):
+    disp = AdoptingDispatcher(py_func, targetoptions={"nopython": True})
+    disp.adopt = adopt
+    return disp
+
+
+def compile_result(dispatcher, argtypes):
+    """``dispatcher`` compiled for ``argtypes`` (compiling it if needed): its CompileResult."""
+    dispatcher.compile(tuple(argtypes))
+    return dispatcher.overloads[tuple(argtypes)]
 
 
 class _UnliteralDispatcher(CPUDispatcher):

@@ -218,7 +218,7 @@ def test_disabled_cache_writes_nothing_and_progress_can_be_forced(project):
     first = project(env={"NUMBARULES_CACHE": "0", "NUMBARULES_PROGRESS": "1"})
     assert first["disk_writes"] == 0
     # A line per kernel: the time since the compile started, what, and a readable signature.
-    assert re.search(r"numbarules: \[ *\d+\.\d s\] compiling grad\(energy\) \(entry\) "
+    assert re.search(r"numbarules: \[ *\d+\.\d s\] compiling grad\(energy\) "
                      r"\(float64\[::1\]\)", first["stderr"]), first["stderr"]
     assert not project.cache_dir.exists() or not list(project.cache_dir.rglob("*.nrk"))
 
