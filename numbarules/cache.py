@@ -467,8 +467,15 @@ def _compile_error(func, what, argtypes, exc):
 # --- calls from Python ---------------------------------------------------------------------------
 
 def _install_trampoline(f):
-    install_entry(f, f.arities(), lambda args: f.resolve(tuple(typeof(a) for a in args)),
-                  resolve_call)
+    arities = f.arities()
+    check = lambda args: f.resolve(tuple(typeof(a) for a in args))     # noqa: E731
+    if len(arities) == 1:
+        # the method's dispatcher (compiled with a CPython wrapper) is the entry's overload; the
+        # entry records the method decision, so a new method that wins the call drops it
+        install_direct_entry(f, arities[0], check, lambda argtypes: resolve_call(f, None, argtypes),
+                             record_as=f)
+    else:
+        install_entry(f, arities, check, resolve_call)
 
 
 class Unlinked:
@@ -546,7 +553,7 @@ def install_entry(owner, arities, check, resolve, pick=None):
     type(owner).__call__ = staticmethod(tramp)
 
 
-def install_direct_entry(owner, arity, check, callee_of):
+def install_direct_entry(owner, arity, check, callee_of, record_as=None):
     """Make ``owner(...)`` with ``arity`` positional arguments run code compiled elsewhere, with
     nothing compiled for the entry itself: ``callee_of(argtypes)`` returns the dispatcher
     (compiled with a CPython wrapper) whose code runs for ``argtypes``, and its compile result
@@ -555,7 +562,9 @@ def install_direct_entry(owner, arity, check, callee_of):
     per first call), this only registers the callee's entry point with Numba's C dispatcher.
 
     The entry's node links the callee's: dropping the callee's code (a rule added, a method
-    changed) drops the entry's overload too, and the next call adopts the new code. ``check(args)``
+    changed) drops the entry's overload too, and the next call adopts the new code. With
+    ``record_as`` (a generic function), the entry's node records the call as a call of it: the
+    method decision too, so that a new method winning the call drops the entry. ``check(args)``
     runs on the first call with new types, before anything is compiled."""
     old = owner.__dict__.get("_nr_trampoline")
     if old is not None:
@@ -567,7 +576,7 @@ def install_direct_entry(owner, arity, check, callee_of):
         cres = numba_glue.compile_result(callee, argtypes)
         node = Node(disp, argtypes, label)
         _set_node(disp, argtypes, node)
-        _link(node, (), [_node(callee, argtypes)])
+        _link(node, *relied_on([(record_as or callee, argtypes)]))
         return cres
 
     params = ", ".join(f"a{i}" for i in range(arity))
