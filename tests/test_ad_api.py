@@ -400,3 +400,32 @@ def test_a_caller_of_a_recursive_function_gets_the_one_kernel_gradient():
     check_grad(_calls_recursion, x, 5)
     fd = (_calls_recursion(x + [1e-6, 0, 0], 5) - _calls_recursion(x - [1e-6, 0, 0], 5)) / 2e-6
     assert abs(g[0] - fd) < 1e-6 * max(1.0, abs(fd))
+
+
+def cubes(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] ** 3
+    return s
+
+
+def test_the_python_entry_compiles_nothing_of_its_own():
+    # A first gradient compiles its driver only: the entry adopts the driver's machine code
+    # (numba_glue.AdoptingDispatcher); value_and_grad shares the driver and compiles nothing.
+    g, vg = nr.grad(cubes), nr.value_and_grad(cubes)
+    x = np.array([1.0, 2.0, 3.0])
+    before = nr.cache_info()["compiles"]
+    np.testing.assert_allclose(g(x), 3 * x ** 2)
+    assert nr.cache_info()["compiles"] == before + 1
+    assert nr.cache_info()["by_function"].get("grad(cubes) (entry)") is None
+    value, grad = vg(x)
+    assert value == pytest.approx(36.0)
+    np.testing.assert_allclose(grad, 3 * x ** 2)
+    assert nr.cache_info()["compiles"] == before + 1
+    # keywords, a second type, and the machine code is the driver's own entry point
+    np.testing.assert_allclose(g(x=np.array([2.0])), [12.0])
+    np.testing.assert_allclose(g(np.arange(4.0)[::2]), [0.0, 12.0])       # layout A
+    entry = g._nr_trampoline
+    for sig, cres in entry.overloads.items():
+        driver = g._drivers[(sig, True)][0]
+        assert driver.overloads[sig] is cres
