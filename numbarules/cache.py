@@ -292,7 +292,7 @@ class _DiskSlot:
             if found is not None:
                 meta, payload, path = found
                 try:
-                    cres = numba_glue.rebuild_result(self.disp, payload)
+                    cres = numba_glue.persist.rebuild_result(self.disp, payload)
                 except Exception as exc:   # noqa: BLE001 - as corrupt as a bad checksum
                     diskcache.discard(path, f"cannot rebuild: {exc}")
                     cres = None
@@ -316,11 +316,11 @@ class _DiskSlot:
         decisions = _portable_decisions(node) if node is not None else None
         if decisions is None:
             return              # something it relied on cannot be named in another process
-        if not numba_glue.survives_pickling(args):
+        if not numba_glue.persist.survives_pickling(args):
             # A struct class defined inside a function pickles by value: another process would
             # get a class of the same name that is not the one its arguments have.
             return
-        payload = numba_glue.serialize_result(cres)
+        payload = numba_glue.persist.serialize_result(cres)
         if payload is None:
             return
         key = self._key(args)

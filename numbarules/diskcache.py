@@ -78,8 +78,8 @@ def environment():
             h.update(os.path.relpath(path, package).encode())
             with open(path, "rb") as fh:
                 h.update(fh.read())
-        _ENVIRONMENT = (h.hexdigest(), sys.version, np.__version__) + numba_glue.versions() + (
-            numba_glue.target_magic(),)
+        _ENVIRONMENT = (h.hexdigest(), sys.version, np.__version__,
+                        *numba_glue.persist.versions(), numba_glue.persist.target_magic())
     return _ENVIRONMENT + (_numba_settings(),)      # settings as they are now: they may change
 
 
@@ -549,7 +549,7 @@ def save(key, meta, payload):
     """Store one variant of ``key`` atomically; a failure to write only costs a future compile."""
     if not enabled():
         return None
-    body = numba_glue.serialize((meta, payload))
+    body = numba_glue.persist.serialize((meta, payload))
     variant = hashlib.sha256(repr(meta.get("decisions")).encode()).hexdigest()[:16]
     folder, existing = _paths(key)
     try:

@@ -1077,13 +1077,13 @@ def test_tapes_and_zero_adjoints_free_what_they_allocate():
 
 
 def test_the_zeros_intrinsic_is_numbas_zeros_like():
-    # Every adjoint array starts as numba_glue.zeros_like, an intrinsic that allocates with the
+    # Every adjoint array starts as numba_glue.intrinsics.zeros_like, an intrinsic that allocates with the
     # NRT by hand: same shape, strides, dtype and Numba type as Numba's own np.zeros_like.
     from numbarules import numba_glue
 
     @numba.njit
     def ours(a):
-        return numba_glue.zeros_like(a)
+        return numba_glue.intrinsics.zeros_like(a)
 
     @numba.njit
     def numbas(a):

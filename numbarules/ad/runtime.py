@@ -13,7 +13,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from .. import numba_glue
+from ..numba_glue import intrinsics
 from .revolve import _rv_next, _rv_start
 
 
@@ -29,16 +29,15 @@ def _trip(start, stop, step):
 
 
 # The tapes' helpers and the adjoints' zeros are intrinsics Numba emits inline in the kernel
-# that calls them (numba_glue, "intrinsics the generated kernels call"): as NumPy calls, @njit
-# helpers or @overloads each was a dispatcher compiled per type and per process before the first
-# gradient (docs/numba-internals.md, "What compiling costs").
-_tape = numba_glue.new_tape              # _tape(16, _np.float64): np.empty(16, np.float64)
-_reserve = numba_glue.reserve_tape       # _reserve(t, used, more): t, or a copy twice as long
-_zeros_like = numba_glue.zeros_like      # _zeros_like(x): np.zeros_like(x)
+# that calls them (numba_glue.intrinsics): as NumPy calls, @njit helpers or @overloads each was
+# a dispatcher compiled per type and per process before the first gradient (docs/numba-internals.md, "What compiling costs").
+_tape = intrinsics.new_tape              # _tape(16, _np.float64): np.empty(16, np.float64)
+_reserve = intrinsics.reserve_tape       # _reserve(t, used, more): t, or a copy twice as long
+_zeros_like = intrinsics.zeros_like      # _zeros_like(x): np.zeros_like(x)
 
 
-_push_view = numba_glue.push_view      # _push_view(t, used, a): t grown, a's elements after used
-_restore = numba_glue.restore_view     # _restore(a, t, used): a's elements back from t; used - a.size
+_push_view = intrinsics.push_view      # _push_view(t, used, a): t grown, a's elements after used
+_restore = intrinsics.restore_view     # _restore(a, t, used): a's elements back from t; used - a.size
 
 
 @numba.njit(inline="always")
@@ -81,7 +80,7 @@ def no_value(message, fire):
     return 0.0
 
 
-_copy_into = numba_glue.copy_into      # _copy_into(a, src): a checkpointed loop's LOAD
+_copy_into = intrinsics.copy_into      # _copy_into(a, src): a checkpointed loop's LOAD
 
 
 HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv_start, "_rv_next": _rv_next, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,

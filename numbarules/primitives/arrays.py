@@ -158,7 +158,7 @@ for _f, _op, _scale in ((np.mean, _SUM, True), (np.prod, _PROD, False), (np.max,
                         (np.min, _MIN, False)):
     _a = _along(_f)
     overload(_a)(_axis_reduction(_f, _op, _scale))
-    numba_glue.trampoline(STAND_INS[_f], _pick(_f, _a))
+    numba_glue.intrinsics.trampoline(STAND_INS[_f], _pick(_f, _a))
 
 
 class _NumpyForNumba(pytypes.ModuleType):

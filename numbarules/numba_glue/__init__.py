@@ -1,6 +1,8 @@
-"""The one module that touches ``numba.core``: typing templates, data models, the compile pipeline.
+"""The CPU door into ``numba.core``: typing templates, data models, the compile pipeline.
 
-Three mechanisms live here (see docs/numba-internals.md for how each was found and measured):
+This package is the one place that touches ``numba.core`` on the CPU: this module, ``persist``
+(compiled code to bytes and back, for the disk cache) and ``intrinsics`` (tapes, zero adjoints
+and trampolines that compile inline in generated kernels). Three mechanisms live here (see docs/numba-internals.md for how each was found and measured):
 
 1. ``CallableType``: the Numba type of a generic function (``_numba_type_``). It is a
    ``types.Function`` over a template built per (owner, world). The template's ``generic()``
@@ -16,25 +18,18 @@ Three mechanisms live here (see docs/numba-internals.md for how each was found a
 """
 
 import contextlib
-import ctypes
 import itertools
 import operator
-import sys
 import threading
 import weakref
-
-import llvmlite.binding as llvm_binding
-from llvmlite import ir as llvm_ir
 
 from numba.core import cgutils, compiler, errors, funcdesc, ir, sigutils, types, typing
 from numba.core import config as numba_config
 from numba.core.caching import FunctionCache
 from numba.core import event as numba_event
-from numba.core.codegen import RuntimeLinker
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.targetconfig import ConfigStack
 from numba.core.compiler_machinery import FunctionPass, register_pass
-from numba.core.cpu import CPUContext
 from numba.core.extending import NativeValue, models, register_model, unbox
 from numba.core.imputils import lower_builtin, lower_constant
 from numba.core.typing.templates import infer_global
@@ -45,8 +40,6 @@ from numba.core import typed_passes
 from numba.core.typed_passes import NopythonTypeInference
 from numba import typeof as numba_typeof
 from numba.core.typing.templates import AbstractTemplate
-from numba.extending import intrinsic as numba_intrinsic
-from numba.np.arrayobj import load_item, make_array, populate_array, store_item
 
 #: numbarules and Numba compile under one lock. Taking two locks in either order would deadlock
 #: when one thread compiles (Numba's lock, then ours from inside typing) while another adds a
@@ -280,38 +273,6 @@ def _unlinked_key(dispatcher, argtypes):
 _unlinked_kept = [64]
 
 
-def _callee_closure(cres):
-    """[(symbol, payload, [symbols it calls unlinked])] of everything ``cres`` calls unlinked,
-    transitively, callees first; None if one of them cannot be stored."""
-    out, seen = [], set()
-
-    def visit(library):
-        for symbol, (lib, disp_ref, argtypes) in getattr(library, "_nr_callees", {}).items():
-            if symbol in seen:
-                continue
-            seen.add(symbol)
-            visit(lib)
-            payload = getattr(lib, "_nr_payload", None)
-            if payload is None:
-                disp = disp_ref()
-                callee = None if disp is None else disp.overloads.get(argtypes)
-                if callee is None or callee.library is not lib:
-                    raise _NotStorable
-                payload = lib._nr_payload = _reduce(callee)
-                if payload is None:
-                    raise _NotStorable
-            out.append((symbol, payload, sorted(getattr(lib, "_nr_callees", {}))))
-
-    try:
-        visit(cres.library)
-    except _NotStorable:
-        return None
-    return out
-
-
-class _NotStorable(Exception):
-    pass
-
 _tokens = itertools.count(1)
 
 
@@ -481,7 +442,7 @@ class Dispatcher(CPUDispatcher):
         return super().compile(sig)
 
     def _compile_for_args(self, *args, **kws):
-        from . import profile
+        from .. import profile
         label = getattr(getattr(self, "_cache", None), "label", None) or self.py_func.__qualname__
         with LOCK, profile.session(label.removesuffix(" (entry)")):
             if self.before_compile is not None:
@@ -613,7 +574,7 @@ def being_typed(context, dispatcher, argtypes):
 
 def compile_for(dispatcher, argtypes):
     """Compile ``dispatcher`` for ``argtypes`` (a no-op if it already has them)."""
-    from . import profile
+    from .. import profile
     try:
         with profile.session():
             return dispatcher.compile(tuple(argtypes))
@@ -717,156 +678,6 @@ def typeof_value(value):
     return numba_typeof(value)
 
 
-# --- 4. the persistent cache's door into Numba ----------------------------------------------------
-
-def _randomise_unique_ids():
-    # Numba names each compiled function's symbols with a per-process counter. Code loaded from
-    # the disk cache carries the counter values of the process that compiled it; a compile in
-    # this process that drew the same value for the same name would share its linkonce symbols.
-    # Starting the counter at a random point makes such a collision practically impossible.
-    import itertools
-    import secrets
-    from numba.core.bytecode import FunctionIdentity
-    FunctionIdentity._unique_ids = itertools.count(secrets.randbits(40) + 1)
-
-
-_randomise_unique_ids()
-
-
-def versions():
-    import llvmlite
-    import numba
-    return (numba.__version__, llvmlite.__version__)
-
-
-def target_magic():
-    """The CPU, its features and the target triple: code compiled for one may not run on another."""
-    return tuple(map(str, cpu_target.target_context.codegen().magic_tuple()))
-
-
-def serialize(obj):
-    """Bytes of ``obj`` pickled as Numba pickles its own cache entries."""
-    from numba.core import serialize as numba_serialize
-    return numba_serialize.dumps(obj)
-
-
-def survives_pickling(argtypes):
-    """Whether ``argtypes`` come back equal from pickling (classes named by reference)."""
-    import pickle
-    try:
-        return pickle.loads(serialize(tuple(argtypes))) == tuple(argtypes)
-    except Exception:   # noqa: BLE001 - anything that does not round-trip is not stored
-        return False
-
-
-def _reduce(cres):
-    """``cres`` as bytes, or None when Numba cannot cache it (code lifted to object mode, dynamic
-    globals such as addresses of Python objects, an environment another process cannot
-    rebuild)."""
-    if cres.objectmode or any(not x.can_cache for x in cres.lifted) or \
-            cres.library.has_dynamic_globals or not _environments_importable(cres) or \
-            _calls_unresolved(cres.library):
-        return None
-    return serialize(cres._reduce())
-
-
-def _calls_unresolved(library):
-    """Whether the code calls a recursive function through Numba's unresolved-symbol cells
-    (``RuntimeLinker``: a recursive callee linked into a caller, a call in a loop). The cells
-    are filled by Numba's runtime linker for modules it finalizes, never for object code loaded
-    from a cache: such code, stored and loaded, aborted the process ("LLVM ERROR: Symbol not
-    found: .numba.unresolved$...")."""
-    module = getattr(library, "_final_module", None)
-    if module is None:
-        return False            # object code loaded from disk: checked when it was stored
-    prefix = RuntimeLinker.PREFIX
-    return any(gv.name.startswith(prefix) for gv in module.global_variables)
-
-
-def _environments_importable(cres):
-    """Whether another process can rebuild the environments ``cres`` refers to: Numba imports
-    each one's module by name (``environment._rebuild_env``). Code of a module loaded from a
-    file without a name in ``sys.modules`` has the module "<dynamic>", which no process can."""
-    import importlib.util
-    import sys
-    try:
-        envs = [cres.environment, *cres._find_referenced_environments()]
-    except Exception:   # noqa: BLE001 - not knowing means not storing
-        return False
-    for env in envs:
-        name = env.globals.get("__name__") if env is not None else None
-        if name == "__main__":
-            continue            # a script run again: its own __main__
-        try:
-            if not name or name.startswith("<") or importlib.util.find_spec(name) is None:
-                return False
-        except (ImportError, ValueError):
-            return False
-    return True
-
-
-def serialize_result(cres):
-    """The compiled code of ``cres`` and of what it calls unlinked, as bytes; or None."""
-    own = _reduce(cres)
-    closure = _callee_closure(cres)
-    if own is None or closure is None:
-        return None
-    return serialize((own, closure))
-
-
-def rebuild_result(dispatcher, data):
-    """The compile result stored by ``serialize_result``, ready to install in ``dispatcher``."""
-    import pickle
-    # Loaded code calls into Numba's runtime (NRT): it must be initialised first, or the first
-    # allocation crashes. Numba's own cache calls targetctx.refresh(), which also imports every
-    # lowering registry (with SciPy's BLAS check, ~0.8 s); loading machine code needs none of it.
-    from numba.core.runtime import rtsys
-    rtsys.initialize(dispatcher.targetctx)
-    own, closure = pickle.loads(data)
-    libraries = {}
-    for symbol, payload, calls in closure:
-        lib = _live.get(symbol)
-        if lib is None:
-            lib = _rebuild(dispatcher, payload).library
-        lib._nr_callees = {c: (libraries[c], _dead, ()) for c in calls}
-        _register(symbol, lib)
-        libraries[symbol] = lib
-    cres = _rebuild(dispatcher, own)
-    cres.library._nr_callees = {symbol: (lib, _dead, ()) for symbol, lib in libraries.items()}
-    return cres
-
-
-def _dead():
-    """The dispatcher of a callee loaded from disk: none (the caller is already compiled)."""
-    return None
-
-
-def _rebuild(dispatcher, payload):
-    import pickle
-    cres = compiler.CompileResult._rebuild(dispatcher.targetctx, *pickle.loads(payload))
-    # Loading consumed the object code; keep the bytes, to store callers that call this unlinked.
-    cres.library._nr_payload = payload
-    _announce_definitions(cres.library)
-    return cres
-
-
-def _announce_definitions(library):
-    """Tell Numba's runtime linker which functions loaded object code defines. Code compiled
-    later in this process may call one of them through an unresolved-symbol cell (recursion:
-    a recursive function's kernels compiled here while the function itself was loaded); the
-    linker fills a cell only with symbols it saw defined, and it scans only modules it
-    finalizes, never object code loaded from a cache: the cell kept pointing at
-    ``nrt_unresolved_abort`` ("numba jitted function aborted due to unresolved symbol", found by
-    ``numbarules fuzz --disk-cache``)."""
-    shared = getattr(library, "_shared_module", None)
-    codegen = library.codegen
-    linker = getattr(codegen, "_rtlinker", None)
-    if shared is None or linker is None:
-        return
-    linker.scan_defined_symbols(shared)
-    linker.resolve(codegen._engine)
-
-
 # --- 5. observing compiles (numbarules.profile) ---------------------------------------------------
 
 class _CompileListener(numba_event.Listener):
@@ -934,287 +745,6 @@ def readable_type(t, depth=0):
     return text if len(text) <= 48 else text[:45] + "..."
 
 
-# --- 6. intrinsics the generated kernels call ---------------------------------------------
-# Tapes, tape growth and zero adjoints, emitted inline in the calling kernel: an intrinsic's
-# codegen runs inside the caller's lowering and compiles nothing of its own, where np.empty,
-# np.zeros_like (three @overloads), np.dtype(...) and max(...) were each a dispatcher compiled
-# per type and per process (docs/numba-internals.md, "What compiling costs"). The arrays are
-# allocated with the NRT directly: Numba's own helper (arrayobj._empty_nd_impl) goes through a
-# class-method overload, `_ol_array_allocate`, compiled once per process (30-70 ms that a first
-# gradient paid and the njit primal, which allocates nothing, did not).
-
-
-# Large tapes on huge pages. A gradient's tape is allocated afresh by every call, and the kernel
-# then writes every page of it once: with 4 KB pages a 100 MB tape is 25,000 page faults, 60-70 ms
-# of system time on a 2-core VM, more than the forward's own arithmetic (perf/bench_sim.py, the
-# swap form spent 13x its primal in the forward, three quarters of it in the kernel). NumPy asks
-# for transparent huge pages on every array of 4 MB or more (``madvise(MADV_HUGEPAGE)``, its
-# ``hugepage`` setting); the NRT does not, so the kernels ask for their own large arrays here.
-# Only our arrays are advised: nothing else in the process changes. The symbol is added under
-# our own name so that kernels loaded from the disk cache resolve it in a new process.
-_HUGE_BYTES = 1 << 22
-_MADV_HUGEPAGE = 14
-_MADVISE = "numbarules_madvise"
-
-
-def _find_madvise():
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        fn = ctypes.CDLL(None).madvise
-    except (OSError, AttributeError):
-        return False
-    llvm_binding.add_symbol(_MADVISE, ctypes.cast(fn, ctypes.c_void_p).value)
-    return True
-
-
-_HAS_MADVISE = _find_madvise()
-
-
-def _huge_pages(context, builder, data, nbytes):
-    """Advise the whole pages of ``nbytes`` at ``data`` (an i8*) for huge pages when the block
-    is at least 4 MB (CPU kernels on Linux; elsewhere nothing)."""
-    if not (_HAS_MADVISE and isinstance(context, CPUContext)):
-        return
-    intp = nbytes.type
-    with builder.if_then(builder.icmp_signed(">=", nbytes, intp(_HUGE_BYTES)), likely=False):
-        page = intp(4095)
-        start = builder.and_(builder.add(builder.ptrtoint(data, intp), page),
-                             builder.not_(page))
-        end = builder.and_(builder.add(builder.ptrtoint(data, intp), nbytes), builder.not_(page))
-        fnty = llvm_ir.FunctionType(llvm_ir.IntType(32),
-                                    [llvm_ir.IntType(8).as_pointer(), intp, llvm_ir.IntType(32)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, _MADVISE)
-        # failure (no THP in this kernel) only means small pages: the result is ignored
-        builder.call(fn, [builder.inttoptr(start, llvm_ir.IntType(8).as_pointer()),
-                          builder.sub(end, start), llvm_ir.IntType(32)(_MADV_HUGEPAGE)])
-
-
-def _new_array(context, builder, arrtype, shapes):
-    """A new, uninitialised NRT array of ``arrtype`` (layout C or F) with these dimension sizes
-    (LLVM intp values, not negative: they come from existing arrays and tape capacities)."""
-    intp = context.get_value_type(types.intp)
-    itemsize = context.get_abi_sizeof(context.get_data_type(arrtype.dtype))
-    strides, step = [], intp(itemsize)
-    for n in (reversed(shapes) if arrtype.layout == "C" else shapes):
-        strides.append(step)
-        step = builder.mul(step, n)           # after the loop: the size in bytes
-    if arrtype.layout == "C":
-        strides.reverse()
-    align = context.get_preferred_array_alignment(arrtype.dtype)
-    meminfo = context.nrt.meminfo_alloc_aligned(builder, step, align)
-    with builder.if_then(cgutils.is_null(builder, meminfo), likely=False):
-        context.call_conv.return_user_exc(builder, MemoryError, ("cannot allocate an array",))
-    data = context.nrt.meminfo_data(builder, meminfo)
-    _huge_pages(context, builder, data, step)
-    ary = make_array(arrtype)(context, builder)
-    populate_array(ary, data=builder.bitcast(data, context.get_data_type(arrtype.dtype)
-                                             .as_pointer()),
-                   shape=list(shapes), strides=strides, itemsize=intp(itemsize), meminfo=meminfo)
-    return ary
-
-
-@numba_intrinsic
-def new_tape(typingctx, capacity, dtype):
-    """``np.empty(capacity, dtype)``: a new tape (``dtype`` a NumPy scalar class:
-    ``_np.float64``)."""
-    eltype = getattr(dtype, "instance_type", None)
-    if not isinstance(eltype, (types.Number, types.Boolean)):
-        return None
-    result = types.Array(eltype, 1, "C")
-
-    def codegen(context, builder, sig, args):
-        n = context.cast(builder, args[0], sig.args[0], types.intp)
-        return _new_array(context, builder, result, [n])._getvalue()
-    return result(capacity, dtype), codegen
-
-
-@numba_intrinsic
-def reserve_tape(typingctx, buf, used, more):
-    """A tape with room for ``more`` pushes after ``used``: ``buf`` itself when it has room,
-    else a copy of its first ``used`` entries in one of twice the capacity (or ``used + more``
-    when that is more): grows at most once per loop entry."""
-    if not (isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C"):
-        return None
-
-    def codegen(context, builder, sig, args):
-        value, used, more = args
-        used = context.cast(builder, used, sig.args[1], types.intp)
-        more = context.cast(builder, more, sig.args[2], types.intp)
-        return _reserve(context, builder, sig.args[0], value, used, more)
-    return buf(buf, used, more), codegen
-
-
-def _reserve(context, builder, aty, value, used, more):
-    """The tape ``value`` (a 1-d C array of ``aty``) with room for ``more`` entries after
-    ``used`` (LLVM intp values): a new reference to it, or to a copy twice as long."""
-    old = make_array(aty)(context, builder, value=value)
-    capacity = builder.extract_value(old.shape, 0)
-    need = builder.add(used, more)
-    out = cgutils.alloca_once(builder, value.type)
-    with builder.if_else(builder.icmp_signed("<=", need, capacity), likely=True) as (
-            fits, grows):
-        with fits:
-            context.nrt.incref(builder, aty, value)     # returned: a new reference
-            builder.store(value, out)
-        with grows:
-            doubled = builder.mul(capacity, capacity.type(2))
-            size = builder.select(builder.icmp_signed(">", doubled, need), doubled, need)
-            new = _new_array(context, builder, aty, [size])
-            cgutils.raw_memcpy(builder, new.data, old.data, used,
-                               context.get_abi_sizeof(context.get_data_type(aty.dtype)))
-            builder.store(new._getvalue(), out)
-    return builder.load(out)
-
-
-def _copy_elements(context, builder, dty, dst, sty, src):
-    """Copy the elements of the array ``src`` (Numba type ``sty``) into ``dst`` (``dty``), both
-    visited in C order; ``dst`` or ``src`` may instead be ``(flat type, pointer)``: a run of
-    contiguous elements (a tape's). One memcpy when both are contiguous runs of one dtype."""
-    def view(ty, a):
-        if isinstance(a, tuple):
-            return None
-        return make_array(ty)(context, builder, value=a)
-
-    dv, sv = view(dty, dst), view(sty, src)
-    arr = dv if dv is not None else sv
-    aty = dty if dv is not None else sty
-    intp = context.get_value_type(types.intp)
-    shapes = cgutils.unpack_tuple(builder, arr.shape, count=aty.ndim)
-    dtype_of = lambda ty, a: ty.dtype if a is not None else ty   # noqa: E731
-    dflat = dv is None or dty.layout == "C"
-    sflat = sv is None or sty.layout == "C"
-    if dflat and sflat and dtype_of(dty, dv) == dtype_of(sty, sv):
-        dptr = dv.data if dv is not None else dst[1]
-        sptr = sv.data if sv is not None else src[1]
-        cgutils.raw_memcpy(builder, dptr, sptr, arr.nitems,
-                           context.get_abi_sizeof(context.get_data_type(dtype_of(sty, sv))))
-        return
-    k = cgutils.alloca_once_value(builder, intp(0))
-    with cgutils.loop_nest(builder, shapes, intp) as idx:
-        n = builder.load(k)
-        pointers = []
-        for ty, a, raw in ((sty, sv, src), (dty, dv, dst)):
-            if a is None:
-                pointers.append(builder.gep(raw[1], [n]))
-            else:
-                strides = cgutils.unpack_tuple(builder, a.strides, count=ty.ndim)
-                pointers.append(cgutils.get_item_pointer2(context, builder, a.data, shapes,
-                                                          strides, ty.layout, idx))
-        sp, dp = pointers
-        s_item = types.Array(sty, 1, "C") if sv is None else sty
-        d_item = types.Array(dty, 1, "C") if dv is None else dty
-        value = load_item(context, builder, s_item, sp)
-        value = context.cast(builder, value, s_item.dtype, d_item.dtype)
-        store_item(context, builder, d_item, value, dp)
-        builder.store(builder.add(n, intp(1)), k)
-
-
-def _tape_operands(buf, used, a):
-    """Whether the types are a tape (a 1-d C array), a length on it and an array."""
-    return isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C" \
-        and isinstance(a, types.Array) and isinstance(used, types.Integer)
-
-
-@numba_intrinsic
-def push_view(typingctx, buf, used, view):
-    """``buf`` (a tape) with the elements of ``view`` (any layout, C order) written after
-    ``used``, grown first if they do not fit. Emitted inline: as an @njit helper it was a
-    dispatcher compiled per array type (and per literal ``used``), 0.2-0.6 s each before a
-    first gradient."""
-    if not _tape_operands(buf, used, view):
-        return None
-
-    def codegen(context, builder, sig, args):
-        bty, uty, vty = sig.args
-        value, used, v = args
-        used = context.cast(builder, used, uty, types.intp)
-        new = _reserve(context, builder, bty, value, used,
-                       make_array(vty)(context, builder, value=v).nitems)
-        tape = make_array(bty)(context, builder, value=new)
-        _copy_elements(context, builder, bty.dtype, (bty.dtype, builder.gep(tape.data, [used])),
-                       vty, v)
-        return new
-    return buf(buf, used, view), codegen
-
-
-@numba_intrinsic
-def restore_view(typingctx, a, buf, used):
-    """Write the ``a.size`` elements saved last on ``buf`` (by push_view) back into ``a``;
-    the tape's new length."""
-    if not _tape_operands(buf, used, a):
-        return None
-
-    def codegen(context, builder, sig, args):
-        aty, bty, uty = sig.args
-        v, value, used = args
-        start = builder.sub(context.cast(builder, used, uty, types.intp),
-                            make_array(aty)(context, builder, value=v).nitems)
-        tape = make_array(bty)(context, builder, value=value)
-        _copy_elements(context, builder, aty, v,
-                       bty.dtype, (bty.dtype, builder.gep(tape.data, [start])))
-        return start
-    return types.intp(a, buf, used), codegen
-
-
-@numba_intrinsic
-def copy_into(typingctx, a, src):
-    """Write ``src``'s elements into ``a`` (the same shape, any layouts): a checkpointed loop's
-    LOAD."""
-    if not (isinstance(a, types.Array) and isinstance(src, types.Array) and a.ndim == src.ndim):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _copy_elements(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        return context.get_dummy_value()
-    return types.none(a, src), codegen
-
-
-@numba_intrinsic
-def zeros_like(typingctx, a):
-    """``np.zeros_like(a)`` for an array ``a``, emitted inline in the kernel that calls it.
-
-    Every adjoint array starts as this. ``np.zeros_like`` itself is three @overload
-    implementations (zeros_like, empty_like, _zero_fill), each a dispatcher compiled on its own,
-    per array type and per process: about 0.4 s before the first gradient of each new array
-    type (docs/numba-internals.md, "What compiling costs"). An NRT allocation plus a memset
-    here cost nothing extra to compile. The result type is ``np.zeros_like``'s: the
-    same layout (C for a non-contiguous ``a``), writable.
-    """
-    if not isinstance(a, types.Array):
-        return None
-    result = array_type_like(a)
-
-    def codegen(context, builder, sig, args):
-        src = make_array(sig.args[0])(context, builder, value=args[0])
-        shapes = cgutils.unpack_tuple(builder, src.shape, count=sig.args[0].ndim)
-        out = _new_array(context, builder, sig.return_type, shapes)
-        cgutils.memset(builder, out.data, builder.mul(out.itemsize, out.nitems), 0)
-        return out._getvalue()
-    return result(a), codegen
-
-
-# --- 7. trampolines: a function whose calls compile as calls of another -------------------------
-
-def trampoline(func, target):
-    """Calls of ``func`` in compiled code type and lower as calls of ``target(args, kws)`` (a
-    function of the Numba argument types returning the Python function to call instead). Unlike
-    an ``@overload`` of ``func``, no compiled function stands between the caller and the target:
-    the call is typed by the target's own templates and lowered by its own implementation."""
-    class Trampoline(AbstractTemplate):
-        key = func
-
-        def generic(self, args, kws):
-            fnty = self.context.resolve_value_type(target(args, kws))
-            return fnty.get_call_type(self.context, args, kws)
-
-    Trampoline.__name__ = f"Trampoline_{func.__name__}"
-    infer_global(func)(Trampoline)
-
-    def lower(context, builder, sig, args):
-        # the signature's arguments are positional here: typing folded the keywords
-        fnty = context.typing_context.resolve_value_type(target(sig.args, {}))
-        impl = context.get_function(fnty, fnty.get_call_type(context.typing_context, sig.args, {}))
-        return impl(builder, args)
-
-    lower_builtin(func, types.VarArg(types.Any))(lower)
+# The package's other modules use the names above: imported last. ``persist`` also starts Numba's
+# symbol counter at a random point (see there), before anything is compiled.
+from . import intrinsics, persist  # noqa: E402,F401
