@@ -15,7 +15,7 @@ import numba.typed
 import numpy as np
 
 from . import cache, kernels, lattice, numba_glue, registry, rules
-from .ad import analysis
+from .ad import kinds
 from .dispatch import GenericFunction, Method
 from .errors import NumbarulesError, RuleError
 from .structs import Tangent, isstruct
@@ -332,7 +332,7 @@ def _spec_for_call(f, args, argnums=None, bounds=False, caller="pullback"):
     target, _ = kernels.target_for(f, argtypes)
     if argnums is None:
         kernels.check_arguments(f, argtypes, (True,) * len(argtypes))
-        mask = tuple(analysis.differentiable(t) for t in argtypes)
+        mask = tuple(kinds.differentiable(t) for t in argtypes)
     else:
         nums = _argnums(argnums, len(args))
         mask = tuple(i in nums for i in range(len(args)))
@@ -422,7 +422,7 @@ def _frozen_pullback(spec, residuals, y):
         sig = (numba.typeof(residuals), kernels.tangent_type(ty))
     except ValueError:
         return spec.bwd
-    if not analysis.differentiable(ty):
+    if not kinds.differentiable(ty):
         return spec.bwd
     spec.bwd.compile(sig)
     return spec.bwd.overloads[sig].entry_point

@@ -20,8 +20,8 @@ import weakref
 import numpy as np
 
 from . import cache, numba_glue, profile, registry, rules
-from .ad import (adjoints, analysis, closures, codegen, frontend, ir, partials, runtime,
-                 tangents)
+from .ad import (adjoints, analysis, closures, codegen, dataflow, frontend, ir, kinds, partials,
+                 runtime, tangents)
 from .primitives import arrays
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
@@ -134,7 +134,7 @@ def check_arguments(f, argtypes, mask):
     """Refuse, naming ``f`` and the argument, a differentiated argument that can have no
     tangent (a list, a complex number): never a silent None in place of a gradient."""
     for k, (t, m) in enumerate(zip(argtypes, mask)):
-        why = analysis.tangent_refusal(t) if m else None
+        why = kinds.tangent_refusal(t) if m else None
         if why is not None:
             name = getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
             raise DifferentiationError(f"cannot differentiate {name} with respect to argument "
@@ -292,12 +292,12 @@ def _typed(spec, fn, ns, argtypes):
         if pending:                 # our own error, raised while Numba typed a call
             err = pending.pop(0)
             pending.clear()
-            err.args = (f"{err.args[0]}\n{analysis.where(fn, line)}",) + tuple(err.args[1:])
+            err.args = (f"{err.args[0]}\n{dataflow.where(fn, line)}",) + tuple(err.args[1:])
             raise err from None
         reason = text.split("\n\nFile ")[0].strip()
         raise CompilationError(
             f"{spec.func.__qualname__} could not be typed for "
-            f"{tuple(str(a) for a in argtypes)}:\n{analysis.where(fn, line)}\n{reason}",
+            f"{tuple(str(a) for a in argtypes)}:\n{dataflow.where(fn, line)}\n{reason}",
             function=spec.func, argtypes=argtypes, file=fn.file, line=line) from None
 
 
@@ -314,7 +314,7 @@ def _no_value_errors(spec, fn, rtype, ns):
     sites = [s for s in ir.walk(fn.body) if isinstance(s, ir.Assign) and s.target == "_rv"
              and s.expr == ir.Atom(ir.Const(None))]
     line = sites[0].line if sites else fn.firstline
-    if not analysis.is_float(rtype.type):
+    if not kinds.is_float(rtype.type):
         raise UnsupportedSyntaxError(
             f"a function that returns None on some path and {rtype.type} on others\n"
             f'  File "{fn.file}", line {line}, in {fn.name}\n'
@@ -364,10 +364,8 @@ def _build_rule(spec, argtypes, mask):
     spec.primal_source = fwd_src
     _exec(fwd_src + bwd_src, ns, f"rule:{spec.name}")
     with profile.phase(profile.CHECK_RULE):
-        kinds = _check_rule_types(rule, spec.name, ns, argtypes)
-    spec.return_type = kinds[0]
-    spec.tangent_kinds = kinds[1]
-    spec.residual_type = kinds[2]
+        spec.return_type, spec.tangent_kinds, spec.residual_type = _check_rule_types(
+            rule, spec.name, ns, argtypes)
     params = ", ".join(f"a{i}" for i in range(len(argtypes)))
     outs = "".join(f"_d[{k}], " for k in range(len(argtypes)))
     checks = [line for k, (a, t) in enumerate(zip(argtypes, spec.tangent_kinds))
@@ -412,11 +410,11 @@ def _generated_rule(rule, name, argtypes, ns):
         ns["_partials"] = cache.partials(rule.impl)
         extra = f", _f({params})" if rule.uses_result else ""
         lines.append(f"    _p = _partials({params}{extra})")
-        grads = [f"_dout * _p[{i}]" if analysis.is_float(t) else "None"
+        grads = [f"_dout * _p[{i}]" if kinds.is_float(t) else "None"
                  for i, t in enumerate(argtypes)]
     else:
-        grads = [("0.0" if analysis.is_float(t) else f"_zeros_like(a{i})"
-                  if analysis.is_float_array(t) else "None") for i, t in enumerate(argtypes)]
+        grads = [("0.0" if kinds.is_float(t) else f"_zeros_like(a{i})"
+                  if kinds.is_float_array(t) else "None") for i, t in enumerate(argtypes)]
     lines.append(f"    return {tup(grads)}")
     return fwd, "\n".join(lines) + "\n"
 
@@ -440,43 +438,43 @@ def _check_rule_types(rule, name, ns, argtypes):
         raise RuleError(f"{where}: the pullback must return a tuple of {len(argtypes)} tangent"
                         f"{'s' * (len(argtypes) != 1)} (one per argument, None for none), "
                         f"not {bret}")
-    kinds = []
+    tangents = []
     for k, (t, a) in enumerate(zip(bret, argtypes)):
         if numba_glue.is_none_type(t):
-            kinds.append(None)
+            tangents.append(None)
             continue
         if not _tangent_fits(t, a):
             raise RuleError(f"{where}: tangent {k} is {t}, but argument {k} is {a}: expected "
                             f"None or {_expected_tangent(a)}")
-        kinds.append(t)
-    return y_type, tuple(kinds), res_type
+        tangents.append(t)
+    return y_type, tuple(tangents), res_type
 
 
 def _tangent_fits(t, a):
     """Whether ``t`` is a tangent type for an argument of type ``a`` (None stands for zero)."""
     if numba_glue.is_none_type(t):
         return True
-    if analysis.is_float(a):
-        return analysis.is_float(t)
-    if analysis.is_float_array(a):
-        return analysis.is_float_array(t) and t.ndim == a.ndim
-    if analysis.is_float_struct(a):
+    if kinds.is_float(a):
+        return kinds.is_float(t)
+    if kinds.is_float_array(a):
+        return kinds.is_float_array(t) and t.ndim == a.ndim
+    if kinds.is_float_struct(a):
         return getattr(t, "instance_class", None) is Tangent[a.instance_class] \
             and all(_tangent_fits(te, ae) for te, ae in zip(t, a))
-    if analysis.is_float_tuple(a):
+    if kinds.is_float_tuple(a):
         return numba_glue.is_tuple_type(t) and len(t) == len(a) \
             and all(_tangent_fits(te, ae) for te, ae in zip(t, a))
     return False
 
 
 def _expected_tangent(a):
-    if analysis.is_float(a):
+    if kinds.is_float(a):
         return "a float"
-    if analysis.is_float_array(a):
+    if kinds.is_float_array(a):
         return f"a float array of rank {a.ndim}"
-    if analysis.is_float_struct(a):
+    if kinds.is_float_struct(a):
         return f"an nr.Tangent[{a.instance_class.__name__}]"
-    if analysis.is_float_tuple(a):
+    if kinds.is_float_tuple(a):
         return f"a tuple of {len(a)} tangents"
     return "nothing (it carries no tangent)"
 
@@ -488,14 +486,14 @@ def tangent_types(argtypes, mask):
 
 def tangent_type(t):
     """The Numba type of the tangent of a value of type ``t`` (none where it carries none)."""
-    if analysis.is_float_array(t):
+    if kinds.is_float_array(t):
         return numba_glue.array_type_like(t)
-    if analysis.is_float(t):
+    if kinds.is_float(t):
         return t
-    if analysis.is_float_struct(t):
+    if kinds.is_float_struct(t):
         return numba_glue.named_tuple_type([tangent_type(e) for e in t],
                                            Tangent[t.instance_class])
-    if analysis.is_float_tuple(t):
+    if kinds.is_float_tuple(t):
         return numba_glue.tuple_type([tangent_type(e) for e in t])
     return numba_glue.NONE
 
@@ -513,7 +511,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     if isstruct(f):
         # A struct holding arrays shares them with its tangent, bound when the pullback starts:
         # it is built once, at the top level. One of floats is a value like any other.
-        if call.kwargs or analysis.holds_arrays(types.get(stmt.target)) and \
+        if call.kwargs or kinds.holds_arrays(types.get(stmt.target)) and \
                 not any(stmt is s for s in spec.fn.body):
             raise UnsupportedSyntaxError(
                 f"building the struct {f!r} (holding differentiated arrays) inside a branch or "
@@ -551,7 +549,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
         # written at the call for scalars (the expression is then what the compiled helper
         # computes), in a kernel where `math` can name the math module
         inline = None
-        if all(analysis.is_real_scalar(t) for t in argtypes) and ns.get("math", math) is math:
+        if all(kinds.is_real_scalar(t) for t in argtypes) and ns.get("math", math) is math:
             inline = partials.inline_form(target.impl)
             if inline is not None:
                 ns["math"] = math
@@ -584,7 +582,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     changes = getattr(getattr(callee, "kernels", None), "changes_residuals", True)
     ret, want = getattr(callee, "return_type", None), types.get(stmt.target)
     relayout = ""
-    if analysis.is_float_array(ret) and analysis.is_float_array(want) \
+    if kinds.is_float_array(ret) and kinds.is_float_array(want) \
             and ret.layout != want.layout and want.layout in "CF":
         relayout = "ascontiguousarray" if want.layout == "C" else "asfortranarray"
     return codegen.CallPlan("derived", callee.name, mask, checked=checked, keep=keep,
@@ -637,7 +635,7 @@ def _refuse_argument_writes(fn, types):
                 f"copy of the part (a = {name}[0].copy(), a = {name}.field.copy()).")
         # a helper writing into a local array: whether or not its result is differentiated,
         # the write changes an array the analysis follows (a silently wrong gradient)
-        held = "" if analysis.is_array(types.get(name)) else " (an array it holds)"
+        held = "" if kinds.is_array(types.get(name)) else " (an array it holds)"
         raise UnsupportedSyntaxError(
             f"the call of {via} writes into its array argument {_user_expr(fn, name)}{held}\n"
             f'  File "{fn.file}", line {line}, in {fn.name}\n'
@@ -663,16 +661,16 @@ def _array_writes(fn, types):
             continue
         if isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
             bound.setdefault(s.target, set()).add(s.expr.a.id)
-        elif analysis.view_base(s.expr, types) is not None:
+        elif dataflow.view_base(s.expr, types) is not None:
             # a slice writes its base
-            bound.setdefault(s.target, set()).add(analysis.view_base(s.expr, types))
-        elif analysis.is_array(types.get(s.target)) and analysis.part_of(s.expr, types):
+            bound.setdefault(s.target, set()).add(dataflow.view_base(s.expr, types))
+        elif kinds.is_array(types.get(s.target)) and dataflow.part_of(s.expr, types):
             # `a = t[0]`, `a = p.w`: the array that went into the aggregate (an argument's
             # own, or one a local tuple or struct was built from)
-            bound.setdefault(s.target, set()).add(analysis.part_of(s.expr, types))
-            parts[s.target] = analysis.part_of(s.expr, types)
+            bound.setdefault(s.target, set()).add(dataflow.part_of(s.expr, types))
+            parts[s.target] = dataflow.part_of(s.expr, types)
         elif isinstance(s.expr, ir.Attr) and s.expr.attr in ("flat", "real", "imag") \
-                and isinstance(s.expr.a, ir.Name) and analysis.is_array(types.get(s.expr.a.id)):
+                and isinstance(s.expr.a, ir.Name) and kinds.is_array(types.get(s.expr.a.id)):
             # u.flat[i] = v, r = u.real; r[i] = v: writes into u through objects the analysis
             # does not follow as views
             bound.setdefault(s.target, set()).add(s.expr.a.id)
@@ -682,7 +680,7 @@ def _array_writes(fn, types):
                 a = s.expr.args[k]
                 if isinstance(a, ir.Name):
                     writes.append((a.id, s.line, getattr(s.expr.func, "__name__", s.expr.fname)))
-            if analysis.is_array(types.get(s.target)):
+            if kinds.is_array(types.get(s.target)):
                 # r = pick(v) with pick returning a view of v: a write through r writes v
                 for k in _returned_views(s.expr, types):
                     a = s.expr.args[k]
@@ -777,7 +775,7 @@ def _probe_callee(call, types, table, probe):
 
 
 def _holds_any_array(t):
-    return analysis.is_array(t) or analysis.is_aggregate(t) and any(_holds_any_array(e) for e in t)
+    return kinds.is_array(t) or kinds.is_aggregate(t) and any(_holds_any_array(e) for e in t)
 
 
 # What a probe found depends on the methods and rules its callee's calls dispatched to: a method
@@ -856,7 +854,7 @@ def _refuse_writes_through_returned_views(spec, fn, types):
     stores = [s for s in ir.walk(fn.body) if isinstance(s, ir.Store)]
     for s in ir.walk(fn.body):
         if not (isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and stores
-                and analysis.is_array(types.get(s.target))):
+                and kinds.is_array(types.get(s.target))):
             continue
         positions = _returned_views(s.expr, types)
         if not positions:
@@ -874,11 +872,11 @@ def _refuse_writes_through_returned_views(spec, fn, types):
             # view itself changes the argument behind the analysis' back.
             later = [r for r in ir.walk(fn.body)
                      if order[id(r)] > order[id(w)] or in_loop[id(r)] & in_loop[id(w)]]
-            if w.array in view or any(set(analysis.stmt_reads(r)) & view for r in later):
+            if w.array in view or any(set(dataflow.stmt_reads(r)) & view for r in later):
                 raise UnsupportedSyntaxError(
                     f"writing into '{w.array}', which shares memory with the array "
                     f"{getattr(s.expr.func, '__name__', s.expr.fname)} returned on line {s.line} "
-                    f"(a view of its argument)\n{analysis.where(fn, w.line)}\n"
+                    f"(a view of its argument)\n{dataflow.where(fn, w.line)}\n"
                     f"Hint: copy the returned view (r = f(x).copy()) before writing into it, "
                     f"or write through the original array before the call.")
 
@@ -891,7 +889,7 @@ def _returned_views(call, types):
         # before dispatch: np.asarray has no rule, and on a value that is not differentiated
         # needs none, yet writing into its result writes into the argument. (np.diag of a
         # matrix is a view in NumPy and a copy in Numba: refusing the write keeps the two equal.)
-        if any(analysis.is_array(types.get(getattr(a, "id", None))) for a in call.args):
+        if any(kinds.is_array(types.get(getattr(a, "id", None))) for a in call.args):
             return (0,)
         return ()
     return _probe_callee(call, types, _VIEW_RETURNS, _views_returned_by)
@@ -950,12 +948,12 @@ def _alias_edges(fn, types):
     """(a, b) for each array variable ``a`` bound to ``b`` or to memory of ``b``."""
     edges = []
     for s in ir.walk(fn.body):
-        if not isinstance(s, ir.Assign) or not analysis.is_array(types.get(s.target)):
+        if not isinstance(s, ir.Assign) or not kinds.is_array(types.get(s.target)):
             continue
         if isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
             edges.append((s.target, s.expr.a.id))
-        elif analysis.view_base(s.expr, types) is not None:
-            edges.append((s.target, analysis.view_base(s.expr, types)))
+        elif dataflow.view_base(s.expr, types) is not None:
+            edges.append((s.target, dataflow.view_base(s.expr, types)))
         elif isinstance(s.expr, ir.Call):
             edges += [(s.target, s.expr.args[k].id) for k in _returned_views(s.expr, types)]
     return edges
@@ -983,7 +981,7 @@ def _exec(source, ns, tag):
 
 def check_differentiable_output(spec):
     t = spec.return_type
-    if not analysis.is_float(t):
+    if not kinds.is_float(t):
         raise UnsupportedSyntaxError(
             f"{spec.func.__qualname__} returns {t}: nr.grad and nr.value_and_grad need a scalar "
             f"float result (use nr.pullback for other outputs)")

@@ -58,7 +58,7 @@ import numba
 import numpy as np
 
 from . import kernels, rules
-from .ad import analysis
+from .ad import kinds
 from .lattice import fmt_sig, typeof
 from .structs import Tangent, isstruct
 
@@ -480,7 +480,7 @@ def check_rrule(f, *args, rtol=1e-5, atol=1e-7, eps=None):
     if target is not rule:
         raise AssertionError(f"check_rrule({name}): the AD engine would not run {rule!r} for "
                              f"{name}{sig}; it uses {target!r}")
-    mask = tuple(analysis.differentiable(t) for t in argtypes)
+    mask = tuple(kinds.differentiable(t) for t in argtypes)
     spec = kernels.specialize(rule, argtypes, mask)
     y, _ = spec.fwd(*_fresh(args))
     primal = f(*_fresh(args))

@@ -1,6 +1,6 @@
 """The analysis' account of what an adjoint reads agrees with the code the adjoint is written as.
 
-``analysis.adjoint_reads`` decides which primal values the reverse pass needs, and so which
+``residuals.adjoint_reads`` decides which primal values the reverse pass needs, and so which
 overwritten values are saved (an array's elements at each later write, a scalar before it is
 rebound). An adjoint that reads an operand the analysis does not list reads whatever the
 operand holds at the end of the forward pass: a silently wrong gradient (the reads of ``@`` were
@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from numbarules.ad import adjoints, analysis, ir
+from numbarules.ad import adjoints, analysis, ir, residuals
 
 OPS = ["+", "-", "*", "/", "//", "%", "**", "@"]
 RANKS = {"@": [(2, 2), (2, 1), (1, 2), (1, 1)]}
@@ -43,7 +43,7 @@ def test_binary_adjoints_read_only_what_the_analysis_lists(op, ranks, act_a, act
     a, b = ir.Name("a"), ir.Name("b")
     active = {n for n, on in (("a", act_a), ("b", act_b)) if on}
     expr = ir.BinOp(op, a, b)
-    listed = set(analysis.adjoint_reads(expr, active, lambda call: False))
+    listed = set(residuals.adjoint_reads(expr, active, lambda call: False))
     read = emitted_reads(op, a, b, active, {"a": ranks[0], "b": ranks[1]})
     assert read <= listed, f"t = a {op} b with {sorted(active)} active: the adjoint reads " \
                            f"{sorted(read - listed)}, the analysis lists {sorted(listed)}"
@@ -54,7 +54,7 @@ def test_binary_adjoints_read_only_what_the_analysis_lists(op, ranks, act_a, act
 def test_adjoints_with_a_constant_operand(op, const):
     for a, b in ((ir.Name("a"), ir.Const(const)), (ir.Const(const), ir.Name("b"))):
         active = {x.id for x in (a, b) if isinstance(x, ir.Name)}
-        listed = set(analysis.adjoint_reads(ir.BinOp(op, a, b), active, lambda call: False))
+        listed = set(residuals.adjoint_reads(ir.BinOp(op, a, b), active, lambda call: False))
         read = emitted_reads(op, a, b, active, {})
         assert read <= listed, (op, a, b, read, listed)
 
@@ -68,7 +68,7 @@ def test_the_quotient_form_reads_the_divisor_or_only_the_quotient():
         b = ir.Name("b")
         expr = ir.BinOp("/", a, b)
         active = {"b"} | ({"a"} if isinstance(a, ir.Name) else set())
-        listed = set(analysis.adjoint_reads(expr, active, lambda call: False,
+        listed = set(residuals.adjoint_reads(expr, active, lambda call: False,
                                             quotients=frozenset({id(expr)})))
         lines = adjoints._quotient_adjoint(a, b, "P_q", src, "G", d)
         read = set(re.findall(r"P_(\w+)", "\n".join(lines))) - {"q"}

@@ -319,7 +319,7 @@ def _read_then_swapped_plain(x, y, n):
 def test_what_the_steps_read_from_outside_is_restored_for_their_second_run():
     # found by the fuzzer (seed 29200, program 123): y was not saved where the swap overwrote
     # it, and the reverse re-ran the steps with the swapped value: silently wrong (-2.29 for
-    # -1.76). The steps' outside reads are reverse reads (analysis._checkpoint_reads).
+    # -1.76). The steps' outside reads are reverse reads (residuals._checkpoint_reads).
     for n in (1, 4):
         got = nr.grad(_read_then_swapped, argnums=(0, 1))(0.7, -0.4, n)
         want = nr.grad(_read_then_swapped_plain, argnums=(0, 1))(0.7, -0.4, n)

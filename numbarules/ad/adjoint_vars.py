@@ -10,9 +10,9 @@ from numba import types as nbt
 from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
 from . import ir
-from .analysis import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
-                       view_base)
-from .analysis import where as where_in
+from .kinds import holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct
+from .dataflow import view_base
+from .dataflow import where as where_in
 
 
 class AdjointVariables:
@@ -135,7 +135,7 @@ class AdjointVariables:
         # items of aggregates, and aggregates built here (holding the very arrays they were
         # built from).
         # A view of a view taken again in the reverse pass (lazy) is itself such a view when
-        # it is used (analysis._lazy_views counts its uses as its base's); unused, its adjoint
+        # it is used (array_names._lazy_views counts its uses as its base's); unused, its adjoint
         # is never read and has nothing to be bound to here (seed 20261532 #1592).
         unbound = set(plan.lazy_views or {})
         for s in ir.walk(self.fn.body):

@@ -11,8 +11,8 @@ the shape checks of a rule's tangents are module functions.
 from numba import types as nbt
 
 from . import ir, partials
-from .analysis import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
-                       is_float_tuple)
+from .kinds import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
+                    is_float_tuple)
 
 
 class Adjoints:

@@ -12,8 +12,8 @@ from numba import types as nbt
 
 from ..errors import UnsupportedSyntaxError
 from . import ir, revolve
-from .analysis import stmt_reads
-from .analysis import where as where_in
+from .dataflow import stmt_reads
+from .dataflow import where as where_in
 
 
 class CheckpointedLoops:

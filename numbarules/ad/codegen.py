@@ -29,8 +29,8 @@ from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
 from .tape import Saves
-from .analysis import (branch_key, holds_arrays, is_float, is_float_array, part_of,
-                       stmt_reads)
+from .dataflow import branch_key, part_of, stmt_reads
+from .kinds import holds_arrays, is_float, is_float_array
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
 
@@ -275,7 +275,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
                 self.nested(s.orelse, out, reserved)
         elif isinstance(s, ir.For):
             for w in self.snapshots(s):
-                # the elements the loop overwrites, saved whole (analysis._snapshots)
+                # the elements the loop overwrites, saved whole (residuals._snapshots)
                 self.push_view(out, w, self.types[w].dtype)
             if pushed:
                 self.push(out, s.var, self.pushed_type(s), reserved)
@@ -399,7 +399,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
 
     def take_view_again(self, s, out):
         """A view and its adjoint taken again before the reverse of its last use
-        (analysis._lazy_views): its base and indices hold their values from then."""
+        (array_names._lazy_views): its base and indices hold their values from then."""
         for a in s.expr.atoms():
             if isinstance(a, ir.Name):
                 out.read(a.id)
@@ -527,7 +527,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         out.indent += 1
         n = len(out.lines)
         if key is not None:
-            # what the plan recomputes for this branch (analysis._branch_recomputes)
+            # what the plan recomputes for this branch (residuals._branch_recomputes)
             self.recompute_group(self.plan.recompute.get(key, ()), (), out)
         self.block_rev(stmts, out)
         if len(out.lines) == n or all(l.strip().startswith("#") for l in out.lines[n:]):

@@ -32,7 +32,8 @@ from typing import Any, Tuple
 from numba.core import types as nbt
 
 from . import ir
-from .analysis import adjoint_reads, stmt_reads
+from .residuals import adjoint_reads
+from .dataflow import stmt_reads
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def fusion(fn, plan, types=None):
                                          and isinstance(types.get(s.target), nbt.Array))
            for s in inside):
         # An array rebound in the loop: its adjoint follows its reference through the sweep,
-        # which needs the references saved in order (analysis._rebound).
+        # which needs the references saved in order (array_names._rebound).
         return None
     if any(isinstance(s, ir.If) for s in post):
         # The reverse of post runs before the loop, and so before post's forward: a branch in

@@ -10,7 +10,7 @@ from numba import types as nbt
 
 from ..errors import UnsupportedSyntaxError
 from . import ir
-from .analysis import where as where_in
+from .dataflow import where as where_in
 
 _TAPE_KEYS = {nbt.float64: "f8", nbt.float32: "f4", nbt.int64: "i8", nbt.int32: "i4",
               nbt.boolean: "b1", nbt.uint64: "u8", nbt.uint32: "u4"}
@@ -123,7 +123,7 @@ class Saves:
 
     def snapshotted(self, s):
         """Whether the store ``s`` saves nothing itself: its loop saved the array whole, or
-        nothing reads what it overwrites (analysis._snapshots)."""
+        nothing reads what it overwrites (residuals._snapshots)."""
         return self.device is None and id(s) in self.plan.snapshot_stores
 
     def restore(self, out, w):
@@ -162,7 +162,7 @@ class Saves:
         out.add(f"{name}.append({s.target})")
 
     def pop_reference(self, out, s):
-        """Take back the array ``s`` dropped, and its adjoint (see analysis._rebound): the
+        """Take back the array ``s`` dropped, and its adjoint (see array_names._rebound): the
         adjoint of a name of its class holding the same array, else a fresh zero one."""
         v, d = s.target, self.names.d
         self.changes_residuals = True

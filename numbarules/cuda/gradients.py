@@ -17,7 +17,7 @@ import linecache
 import numpy as np
 
 from .. import api, kernels, numba_glue, rules
-from ..ad import analysis, codegen, device
+from ..ad import codegen, device, kinds
 from ..errors import UnsupportedSyntaxError
 from . import glue, methods
 
@@ -117,7 +117,7 @@ def _derived_source(spec, tape):
 
 def _refuse_arrays(spec):
     for p, t in zip(spec.fn.params, spec.argtypes):
-        if not (analysis.is_float(t) or isinstance(t, numba_glue.types.Integer)
+        if not (kinds.is_float(t) or isinstance(t, numba_glue.types.Integer)
                 or isinstance(t, numba_glue.types.Boolean)):
             raise UnsupportedSyntaxError(
                 f"{spec.func.__qualname__}: argument {p!r} is {t}; device gradients are "
