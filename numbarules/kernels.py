@@ -537,6 +537,14 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     if isinstance(target, rules.Rule) and target.kind == "non_differentiable":
         return codegen.CallPlan("nondiff")
     if isinstance(target, rules.Rule) and target.kind == "scalar":
+        # written at the call for scalars (the expression is then what the compiled helper
+        # computes), in a kernel where `math` can name the math module
+        inline = None
+        if all(kinds.is_real_scalar(t) for t in argtypes) and ns.get("math", math) is math:
+            inline = partials.inline_form(target.impl)
+        if inline is not None:
+            ns["math"] = math
+            return codegen.CallPlan("scalar", None, with_result=target.uses_result, inline=inline)
         # named after the function, numbered only when two rules of the same name meet in one
         # kernel (np.sin and math.sin): the same name in every process, so nr.code reads the same
         disp = cache.partials(target.impl)
@@ -546,14 +554,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
             k += 1
             pname = f"{base}_{k}"
         ns[pname] = disp
-        # written at the call for scalars (the expression is then what the compiled helper
-        # computes), in a kernel where `math` can name the math module
-        inline = None
-        if all(kinds.is_real_scalar(t) for t in argtypes) and ns.get("math", math) is math:
-            inline = partials.inline_form(target.impl)
-            if inline is not None:
-                ns["math"] = math
-        return codegen.CallPlan("scalar", pname, with_result=target.uses_result, inline=inline)
+        return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
     callee = specialize(target, argtypes, arg_mask, spec.bounds)
     info["callee"] = callee
     if callee.ready:

@@ -144,6 +144,28 @@ def test_finite_differences_perturb_every_layout():
         np.testing.assert_allclose(g, 2 * M, rtol=1e-8, atol=1e-8)
 
 
+def _one_float_program(body, seed=71, index=0):
+    from numbarules.fuzz.generator import Arg, Program
+    source = "import math\nimport numbarules as nr\n\n\ndef f(x0):\n" + body
+    return Program(seed, index, ("scalar",), (), source, (Arg("x0", "f", diff=True),), (0,),
+                   frozenset())
+
+
+def test_a_point_outside_a_functions_domain_is_redrawn_a_malformed_program_is_invalid():
+    # seed 3108 #447 blew up to inf at its first point and then met math.cos(inf): a property
+    # of that point, not of the program (it checks out at another point)
+    probe = _one_float_program("    return x0\n")
+    first = probe.args(0)[0]
+    prog = _one_float_program(f"    if x0 == {first!r}:\n        return math.cos(math.inf)\n"
+                              f"    return x0 * x0 * 3.0\n")
+    res = runner.check_program(prog)
+    assert res.outcome == "ok" and res.skipped_points == 1, res.error
+    everywhere = runner.check_program(_one_float_program("    return math.sqrt(-1.0 - x0 * x0)\n"))
+    assert everywhere.outcome == "skipped" and "math domain error" in everywhere.error
+    malformed = runner.check_program(_one_float_program("    return x0 + 'a'\n"))
+    assert malformed.outcome == "invalid", malformed.error
+
+
 # --- the pool's rules are right -----------------------------------------------------------------
 
 @pytest.mark.parametrize("f, args", pool.RULE_CHECKS,

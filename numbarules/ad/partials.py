@@ -15,6 +15,7 @@ code. ``1.0 / x`` (log) keeps the compiled call.
 """
 
 import ast
+import copy
 import inspect
 import math
 import textwrap
@@ -181,6 +182,5 @@ def source(form, k, args):
         def visit_Name(self, node):
             return subst.get(node.id, node)
 
-    import copy
     expr = Substitute().visit(copy.deepcopy(parts[k]))
     return ast.unparse(expr)

@@ -23,7 +23,8 @@ finite differences give a number, a wrong value, or the gradient call writing in
 program contains a construct of that README refusal class); ``internal`` (any other exception, a
 worker that dies, or a hang past the time limit); ``invalid`` (the generator's fault: the program
 raises when run as Python, or Numba itself cannot compile it; checked only when the engine
-fails); ``skipped`` (no point with finite values was found).
+fails); ``skipped`` (no point with finite values was found; a point where Python raises a
+value-dependent error, ``math.cos(inf)`` or a division by zero, counts as one without).
 
 A program of the ``world`` group defines ``world_change()``: after the checks above pass, the
 runner calls it (a method or rule of the program's generic function is added or replaced) and
@@ -182,6 +183,14 @@ def _as_float(y):
     if isinstance(y, (bool, np.bool_)):
         raise TypeError(f"f returned a bool {y!r}")
     return float(y)
+
+
+def _value_dependent(exc):
+    """Whether the program raised because of the values it met, not because it is malformed:
+    a math function outside its domain (``math.cos(inf)``, ``math.sqrt(-1.0)``), an overflow, a
+    division by zero. Such a point is skipped like one with non-finite values."""
+    return isinstance(exc, (OverflowError, ZeroDivisionError)) or (
+        type(exc) is ValueError and "math domain error" in str(exc))
 
 
 def finite_differences(f, args, diff_args, files):
@@ -344,13 +353,17 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
     t_fd = time.perf_counter()
     fd, attempt = None, 0
     res.skipped_points = 0
+    value_error = None
     for attempt in range(MAX_ATTEMPTS):
         args = prog.args(attempt)
         try:
             cand = finite_differences(f, args, diff_args, files)
         except Exception as exc:   # noqa: BLE001 - the program fails as plain Python
-            return _done(res, "invalid", when + "the program raises when run as Python: "
-                         + _first_line(exc), traceback.format_exc(), t0, prog, attempt), None
+            if not _value_dependent(exc):
+                return _done(res, "invalid", when + "the program raises when run as Python: "
+                             + _first_line(exc), traceback.format_exc(), t0, prog, attempt), None
+            # values grew out of a function's domain at this point (cos(inf)): another point
+            value_error, cand = exc, None
         if cand is None:
             res.skipped_points += 1
             continue
@@ -359,7 +372,8 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
             break
         res.skipped_points += 1
     if fd is None:
-        return _done(res, "skipped", when + "no point with finite, moderate values", "",
+        why = "" if value_error is None else f" (Python raised {_first_line(value_error)})"
+        return _done(res, "skipped", when + "no point with finite, moderate values" + why, "",
                      t0), None
     res.skipped_coordinates = len(fd.unstable)
     res.checked_coordinates += len(fd.grads)
