@@ -581,7 +581,7 @@ def install_direct_entry(owner, arity, check, callee_of, record_as=None):
 
     params = ", ".join(f"a{i}" for i in range(arity))
     src = (f"def {owner.__name__}({params}):\n"
-           f"    raise AssertionError('an adopting entry runs its callees code only')\n")
+           f"    raise AssertionError(\"an adopting entry runs its callee's code only\")\n")
     ns = {}
     exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"),  # noqa: S102
          {"__name__": GENERATED}, ns)

@@ -2,7 +2,8 @@
 
 This package is the one place that touches ``numba.core`` on the CPU: this module, ``persist``
 (compiled code to bytes and back, for the disk cache) and ``intrinsics`` (tapes, zero adjoints
-and trampolines that compile inline in generated kernels). Three mechanisms live here (see docs/numba-internals.md for how each was found and measured):
+and trampolines that compile inline in generated kernels). Three mechanisms live here (see
+docs/numba-internals.md for how each was found and measured):
 
 1. ``CallableType``: the Numba type of a generic function (``_numba_type_``). It is a
    ``types.Function`` over a template built per (owner, world). The template's ``generic()``
@@ -15,6 +16,8 @@ and trampolines that compile inline in generated kernels). Three mechanisms live
 3. ``Dispatcher``: a ``CPUDispatcher`` whose compile-on-miss path can be hooked (resolution and
    readable errors first) and whose overloads can be dropped one signature at a time
    (``drop_overload``), so invalidation never recompiles a signature that is still valid.
+   ``AdoptingDispatcher``, the Python entry of a gradient or generic function, runs another
+   dispatcher's compile result for each signature and compiles nothing of its own.
 """
 
 import contextlib
