@@ -1,6 +1,7 @@
 """What the analyses ask of the normalised IR: what an expression or statement reads, which
 statements are inside loops, which array names are views of or aliases of others, which
-variables are active, where an array name is rebound, and where a statement is in the user's code.
+variables are active, where an array name is rebound, and where a statement is in the user's
+code.
 
 Part of the AD analysis (``analysis.plan``); pure functions of the IR and its types.
 """

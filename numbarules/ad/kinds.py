@@ -6,7 +6,6 @@ shapes), and why any other kind is refused (``tangent_refusal``).
 from numba import types as nbt
 
 
-
 def is_float(t):
     return isinstance(t, nbt.Float)
 
