@@ -489,8 +489,8 @@ def make_adopting_dispatcher(py_func, adopt):
 
 
 def compile_result(dispatcher, argtypes):
-    """``dispatcher`` compiled for ``argtypes`` (compiling it if needed): its CompileResult."""
-    dispatcher.compile(tuple(argtypes))
+    """``dispatcher`` compiled for ``argtypes`` (``compile_for``): its CompileResult."""
+    compile_for(dispatcher, argtypes)
     return dispatcher.overloads[tuple(argtypes)]
 
 
