@@ -1,9 +1,10 @@
 """The differentiation API: grad, value_and_grad, pullback, code, ad_stats.
 
 ``nr.grad(f)`` and ``nr.value_and_grad(f)`` are gradient objects. Like generic functions they are
-callable from Python (a thin Python wrapper for keywords and errors, then Numba's C dispatcher
-jumps into the compiled entry for the argument types) and from compiled code, where the call is resolved while the caller is typed. The driver runs the forward kernel
-and the pullback kernel in one compiled function, so residuals never cross into Python.
+callable from Python (Numba's C dispatcher binds the arguments and jumps into the compiled
+driver for their types: no Python runs in between) and from compiled code, where the call is
+resolved while the caller is typed. The driver runs the forward kernel and the pullback kernel
+in one compiled function, so residuals never cross into Python.
 """
 
 import copy
@@ -57,17 +58,17 @@ class Gradient:
         return type(self).__call__(*args, **kwargs)
 
     def _install(self):
-        """Make calls from Python jump into the compiled entry for ``f``'s arities now."""
+        """Make calls from Python jump into the compiled entry for ``f``'s arities now: Numba's
+        C dispatcher binds keywords and defaults, finds the overload for the argument types and
+        runs the driver's machine code, with no Python in between (see cache)."""
         arities = _arities(self.f)
-        pick = None if self.with_value else 1
         if len(arities) == 1:
-            # the entry's driver is the overload itself; grad picks the gradients in Python
             cache.install_direct_entry(self, arities[0], self._check_values,
-                                       lambda argtypes: self._driver(argtypes, entry=True))
-            type(self).__call__ = staticmethod(_entry(self, type(self).__call__, pick))
+                                       lambda argtypes: self._driver(argtypes, entry=True),
+                                       signature=_parameters(self.f), arities_of=self.f)
         else:
-            cache.install_entry(self, arities, lambda a: None, Gradient._resolve_entry, pick=pick)
-            type(self).__call__ = staticmethod(_entry(self, type(self).__call__))
+            cache.install_entry(self, arities, self._check_values, Gradient._resolve_entry,
+                                arities_of=self.f)
 
     def _check_values(self, args):
         # before the AD transform runs on types Numba could not give (a Python object: pyobject)
@@ -100,26 +101,31 @@ class Gradient:
         fused vjp inlines into their loops); the Python entry one that calls the kernels by
         their symbols, so that each kernel's machine code is generated once (cache.Unlinked).
 
-        The entry's driver returns (value, gradients) for grad and value_and_grad alike (the
-        grad entry picks the gradients), and is shared through the AD specialization: after
-        ``nr.grad(f)``, ``nr.value_and_grad(f)`` with the same argnums compiles only its entry.
+        The entry's driver returns what the object returns (the Python entry runs its machine
+        code as it is: nothing picks items in Python), and is kept with the AD specialization.
+        Its ``argtypes`` may hold ``types.Omitted`` (a default Numba's C dispatcher filled in):
+        the driver is compiled for them, the kernels for the defaults' types.
         """
         found = self._drivers.get((argtypes, entry))
         if found is not None and found[1].alive:
             return found[0]
+        given = numba_glue.given_types(argtypes)     # an omitted argument: its default's type
         nums = _argnums(self.argnums, len(argtypes))
         mask = tuple(i in nums for i in range(len(argtypes)))
-        kernels.check_arguments(self.f, argtypes, mask)
-        target, decisions = kernels.target_for(self.f, argtypes)
-        spec = kernels.specialize(target, argtypes, mask, self.boundscheck)
+        kernels.check_arguments(self.f, given, mask)
+        target, decisions = kernels.target_for(self.f, given)
+        spec = kernels.specialize(target, given, mask, self.boundscheck)
         kernels.check_differentiable_output(spec)
-        with_value = self.with_value or entry
+        with_value = self.with_value
         if entry:
-            shared = spec.entry_drivers.get(self.argnums)
+            # one entry driver per specialization and kind: nr.grad(f) objects made again (or a
+            # call that omits an argument with its default's type) reuse it
+            key = (self.argnums, with_value)
+            shared = spec.entry_drivers.get(key)
             if shared is not None and shared[1].alive:
                 self._drivers[(argtypes, entry)] = shared
                 return shared[0]
-            drop = lambda: spec.entry_drivers.pop(self.argnums, None)      # noqa: E731
+            drop = lambda: spec.entry_drivers.pop(key, None)      # noqa: E731
         else:
             drop = lambda: self._drivers.pop((argtypes, entry), None)      # noqa: E731
         node = cache.engine_node(f"{self.__qualname__} driver", decisions, [spec.node], drop)
@@ -156,85 +162,37 @@ class Gradient:
             src = src.replace("\n", f"\n    # {self.__qualname__}: the forward and reverse of "
                               f"{spec.fn.name} ({spec.fn.file}:{spec.fn.firstline}) in one "
                               f"function\n", 1)
-        kernels._exec(src, ns, self.__qualname__)
+        kernels._exec(src, ns, self.__qualname__, origin=spec.fn if whole else None)
         # The entry's driver is what Python calls (cache.install_direct_entry), with a CPython
-        # wrapper; it is stored on disk under what it computes, shared by grad and value_and_grad
-        persist = (("entry driver", self.f, self.argnums, self.boundscheck) if entry
+        # wrapper; it is stored on disk under what it computes
+        persist = (("entry driver", self.f, self.argnums, self.boundscheck, with_value) if entry
                    else ("driver", self))
         disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,),
                            options={"boundscheck": True} if self.boundscheck else None,
                            persist=persist, python=entry)
         self._drivers[(argtypes, entry)] = (disp, node)
         if entry:
-            spec.entry_drivers[self.argnums] = (disp, node)
+            spec.entry_drivers[key] = (disp, node)
         return disp
 
 
-def _entry(grad, entry, pick=None):
-    """``entry``, the compiled call of gradient object ``grad``, as Python calls it: keyword
-    arguments and omitted defaults bound to positions, a function that gained a method of another
-    arity re-entered, and errors explained.
-
-    The errors compiled code raises at run time (a shape mismatch: ValueError, an index out of
-    range: IndexError) are traced to the user's line. Compiled code reports no line, and the one
-    it would report is in generated kernels. Running the user's function in Python on the same
-    arguments raises NumPy's own error at the user's line; that is the error raised, noting
-    where it came from. An error the primal does not reproduce (from a pullback) is raised as it
-    was. ``pick``: the item of the entry's result to return (grad's gradients: the entry's
-    driver returns the value too, shared with value_and_grad).
-    """
-    f = grad.f
-    arities = _arities(f)
-
-    def call(*args, **kwargs):
-        if kwargs:
-            args = _bind(grad, args, kwargs)
-        try:
-            if pick is None:
-                return entry(*args)
-            return entry(*args)[pick]
-        except numba_glue.NumbaError as exc:
-            raise _argument_error(grad, args) or exc
-        except TypeError as exc:
-            if isinstance(exc, NumbarulesError) or len(args) in arities:
-                raise                   # not about the number of arguments
-            if _arities(f) != arities:          # f gained or lost a method since
-                grad._install()
-                return type(grad).__call__(*args)
-            bound = _bind(grad, args, {})
-            if bound != args:
-                return call(*bound)
-            raise TypeError(f"{grad.__qualname__}: {exc}") from None
-        except (ValueError, IndexError) as exc:
-            user = _python_error(f, args)
-            if user is None:
-                raise
-            note = (f"(raised running the gradient of {getattr(f, '__qualname__', f)} in "
-                    f"compiled code as {type(exc).__name__}: {exc}; shown here from the same "
-                    f"function run in Python)")
-            if hasattr(user, "add_note"):       # Python >= 3.11
-                user.add_note(note)
-            raise user from None
-    return call
-
-
-def _bind(grad, args, kwargs):
-    """``args`` and ``kwargs`` as the positional arguments of ``grad.f``, defaults filled in."""
-    f = grad.f
-    if isinstance(f, GenericFunction):
-        if kwargs:
-            raise TypeError(f"{grad.__qualname__}: {f.__name__} is a generic function; pass its "
-                            f"arguments by position (methods are chosen on positional types)")
-        return args
+def _parameters(f):
+    """The parameters of ``f`` as the compiled entry takes them (names and defaults, so that
+    Numba's C dispatcher binds keywords and fills defaults), or None: a generic function (methods
+    are chosen on positional types) or a signature with ``*args``, ``**kwargs`` or keyword-only
+    parameters."""
+    if isinstance(f, GenericFunction) or getattr(f, "_nr_gradient_of", None) is not None:
+        return None
     func = f.py_func if numba_glue.is_dispatcher(f) else f
     try:
-        bound = inspect.signature(func).bind(*args, **kwargs)
-    except TypeError as exc:
-        raise TypeError(f"{grad.__qualname__}: {exc}") from None
-    except ValueError:
-        return args
-    bound.apply_defaults()
-    return tuple(bound.args)
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not all(p.kind in plain and p.name.isidentifier() and not p.name.startswith("_")
+               for p in params):
+        return None
+    return [(p.name, p.default) for p in params]
 
 
 def _argument_error(grad, args):
@@ -252,17 +210,6 @@ def _argument_error(grad, args):
                 f"cannot take. Pass floats, arrays, structs and tuples of those; call functions "
                 f"by their global name inside {getattr(grad.f, '__name__', 'f')} (functions as "
                 f"arguments are not supported yet).")
-    return None
-
-
-def _python_error(f, args):
-    """The exception ``f(*args)`` raises when run as Python (methods run their own body), or None."""
-    try:
-        func = f.which(*args).func if isinstance(f, GenericFunction) else (
-            f.py_func if numba_glue.is_dispatcher(f) else f)
-        func(*args)
-    except Exception as exc:   # noqa: BLE001 - whatever the user's code raises is the answer
-        return exc
     return None
 
 

@@ -382,7 +382,7 @@ class _Backend:
     def install_call(self, f):
         with numba_glue.LOCK:
             tramp = f.__dict__.get("_nr_trampoline")
-            if tramp is None or tramp._nr_arities != f.arities():
+            if tramp is None or tramp._nr_arities != tuple(f.arities()):
                 _install_trampoline(f)
 
     def method_changed(self, f, old, new):
@@ -394,8 +394,9 @@ class _Backend:
             compiled.clear()
         invalidate(affected)
         tramp = f.__dict__.get("_nr_trampoline")
-        if tramp is not None and tramp._nr_arities != f.arities():
+        if tramp is not None and tramp._nr_arities != tuple(f.arities()):
             _install_trampoline(f)
+        _entries_for_arities(f)
 
 
     def rules_changed(self, f):
@@ -512,26 +513,19 @@ class Unlinked:
         return Unlinked(disp, lambda d, context, argtypes: d)
 
 
-def install_entry(owner, arities, check, resolve, pick=None):
-    """Make ``owner(...)`` a direct call of an njit dispatcher whose body calls ``owner``.
+def install_entry(owner, arities, check, resolve, arities_of=None):
+    """Make ``owner(...)`` a direct call of an njit dispatcher whose body calls ``owner``: the
+    entry of a generic function (or its gradient) with methods of several arities.
 
     Numba's C dispatcher then does the type lookup and the jump, so a call costs about what a
-    call of an ``@njit`` function costs. A single arity gets fixed parameters (a ``*args``
-    signature costs ~70 ns more per call in Numba's argument folding). ``check(args)`` runs on
-    the first call with new types, before compiling: it raises our own errors (NoMethodError).
-    The entry calls ``owner`` unlinked (``Unlinked``), through ``resolve(owner, context,
-    argtypes)`` and ``owner._nr_node_for``; with ``pick`` it returns that item of the result
-    (``nr.grad`` shares ``nr.value_and_grad``'s compiled code and returns its item 1).
+    call of an ``@njit`` function costs (plus ~70 ns: Numba folds the ``*args`` into a tuple).
+    ``check(args)`` runs on the first call with new types, before compiling: it raises our own
+    errors (NoMethodError). The entry calls ``owner`` unlinked (``Unlinked``), through
+    ``resolve(owner, context, argtypes)`` and ``owner._nr_node_for``. ``arities_of``: the generic
+    function whose arities the entry was made for (``entries_for_arities``).
     """
-    old = owner.__dict__.get("_nr_trampoline")
-    if old is not None:
-        invalidate(list(_nodes_of(old).values()))
-    item = "" if pick is None else f"[{pick}]"
-    if len(arities) == 1:
-        params = ", ".join(f"a{i}" for i in range(arities[0]))
-        src = f"def {owner.__name__}({params}):\n    return _f({params}){item}\n"
-    else:
-        src = f"def {owner.__name__}(*args):\n    return _f(*args){item}\n"
+    _uninstall(owner)
+    src = f"def {owner.__name__}(*args):\n    return _f(*args)\n"
     ns = {}
     callee = Unlinked(owner, resolve,
                       None if isinstance(owner, GenericFunction) else
@@ -540,20 +534,16 @@ def install_entry(owner, arities, check, resolve, pick=None):
          {"_f": callee, "__name__": GENERATED}, ns)  # noqa: S102
     tramp = owned(ns[owner.__name__], f"{owner.__qualname__} (entry)", owner,
                   persist=("entry", owner, tuple(arities)))
-    tramp._nr_arities = arities
-    star = len(arities) != 1    # Numba folds *args into one tuple before the miss hook sees them
 
     def before(disp, args):
         numba_glue.pending_errors().clear()
-        check(args[0] if star else args)
+        check(args[0])      # Numba folds *args into one tuple before the miss hook sees them
 
-    tramp.before_compile = before
-    tramp.on_error = lambda disp, args, exc: _boundary_error(exc)
-    owner._nr_trampoline = tramp
-    type(owner).__call__ = staticmethod(tramp)
+    _finish_entry(owner, tramp, arities, before, arities_of)
 
 
-def install_direct_entry(owner, arity, check, callee_of, record_as=None):
+def install_direct_entry(owner, arity, check, callee_of, record_as=None, signature=None,
+                         arities_of=None):
     """Make ``owner(...)`` with ``arity`` positional arguments run code compiled elsewhere, with
     nothing compiled for the entry itself: ``callee_of(argtypes)`` returns the dispatcher
     (compiled with a CPython wrapper) whose code runs for ``argtypes``, and its compile result
@@ -561,14 +551,17 @@ def install_direct_entry(owner, arity, check, callee_of, record_as=None):
     trampoline, which typed, lowered and optimised a function calling the callee (0.05-0.08 s
     per first call), this only registers the callee's entry point with Numba's C dispatcher.
 
+    ``signature``: [(name, default or inspect.Parameter.empty)], the parameters of the user's
+    function. The entry takes them by those names, so Numba's C dispatcher binds keywords and
+    fills defaults (an omitted argument reaches ``callee_of`` as ``types.Omitted``); without it
+    the entry takes positional arguments only.
+
     The entry's node links the callee's: dropping the callee's code (a rule added, a method
     changed) drops the entry's overload too, and the next call adopts the new code. With
     ``record_as`` (a generic function), the entry's node records the call as a call of it: the
     method decision too, so that a new method winning the call drops the entry. ``check(args)``
     runs on the first call with new types, before anything is compiled."""
-    old = owner.__dict__.get("_nr_trampoline")
-    if old is not None:
-        invalidate(list(_nodes_of(old).values()))
+    _uninstall(owner)
     label = f"{owner.__qualname__} (entry)"
 
     def adopt(disp, argtypes):
@@ -579,24 +572,71 @@ def install_direct_entry(owner, arity, check, callee_of, record_as=None):
         _link(node, *relied_on([(record_as or callee, argtypes)]))
         return cres
 
-    params = ", ".join(f"a{i}" for i in range(arity))
+    ns, params, named = {"__name__": GENERATED}, [], signature is not None
+    if signature is None:
+        signature = [(f"a{i}", inspect.Parameter.empty) for i in range(arity)]
+    for k, (name, default) in enumerate(signature):
+        if default is inspect.Parameter.empty and not named:
+            params.append(name)
+        else:
+            # A required parameter gets a marker for a default: a call that leaves it out comes
+            # to ``before`` (no overload takes the marker's type), which names the function.
+            ns[f"_default_{k}"] = _REQUIRED if default is inspect.Parameter.empty else default
+            params.append(f"{name}=_default_{k}")
+    params = ", ".join(params)
     src = (f"def {owner.__name__}({params}):\n"
            f"    raise AssertionError(\"an adopting entry runs its callee's code only\")\n")
-    ns = {}
-    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"),  # noqa: S102
-         {"__name__": GENERATED}, ns)
+    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"), ns)  # noqa: S102
     entry = numba_glue.make_adopting_dispatcher(ns[owner.__name__], adopt)
     entry._cache = _DiskSlot(entry, label, owner, None)     # its label; it stores nothing
-    entry._nr_arities = (arity,)
 
     def before(disp, args):
         numba_glue.pending_errors().clear()
+        for (name, _), a in zip(signature, args):
+            if getattr(a, "value", None) is _REQUIRED and numba_glue.is_omitted(a):
+                raise TypeError(f"{owner.__qualname__}: missing a required argument: '{name}'")
         check(args)
 
+    _finish_entry(owner, entry, (arity,), before, arities_of)
+
+
+class _Required:
+    def __repr__(self):
+        return "<required>"
+
+
+_REQUIRED = _Required()
+
+
+def _finish_entry(owner, entry, arities, before, arities_of):
+    entry._nr_arities = tuple(arities)
     entry.before_compile = before
     entry.on_error = lambda disp, args, exc: _boundary_error(exc)
     owner._nr_trampoline = entry
     type(owner).__call__ = staticmethod(entry)
+    if arities_of is not None:
+        registry.table(arities_of, "_nr_arity_entries")[id(owner)] = weakref.ref(owner)
+
+
+def _uninstall(owner):
+    """Drop ``owner``'s Python entry: its next call installs a new one."""
+    old = owner.__dict__.get("_nr_trampoline")
+    if old is not None:
+        invalidate(list(_nodes_of(old).values()))
+        owner._nr_trampoline = None
+        if isinstance(type(owner).__dict__.get("__call__"), staticmethod):
+            delattr(type(owner), "__call__")        # its class's own: the next call installs
+
+
+def _entries_for_arities(f):
+    """Entries made for ``f``'s arities of the time (its gradient objects'), dropped when ``f``
+    gains or loses an arity: the next call installs one for the arities ``f`` has now."""
+    arities = tuple(f.arities())
+    for ref in list((registry.peek(f, "_nr_arity_entries") or {}).values()):
+        owner = ref()
+        tramp = owner.__dict__.get("_nr_trampoline") if owner is not None else None
+        if tramp is not None and tramp._nr_arities != arities:
+            _uninstall(owner)
 
 
 def node_of(dispatcher, argtypes):

@@ -26,7 +26,7 @@ from .primitives import arrays
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
                      TangentShapeError, UnsupportedSyntaxError)
-from .lattice import from_numba, source_location
+from .lattice import from_numba
 from .structs import Tangent, isstruct
 
 _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like}
@@ -72,7 +72,7 @@ class Spec:
         self.waiters = []           # namespaces to give our kernels once they exist
         self.node = None
         self.calls = []             # what each differentiated call resolved to (nr.explain)
-        self.entry_drivers = {}     # argnums -> (dispatcher, node): Python entries' drivers
+        self.entry_drivers = {}     # (argnums, with_value) -> (dispatcher, node): Python entries
 
     def __repr__(self):
         return f"<AD specialization {self.name}>"
@@ -218,7 +218,7 @@ def _build(spec, argtypes, mask):
     k = spec.kernels
     ns.update(k.tangent_classes or {})
     spec.source = "\n".join((k.forward, k.pullback, k.vjp))
-    _exec(spec.source, ns, f"kernels:{spec.name}")
+    _exec(spec.source, ns, f"kernels:{spec.name}", origin=fn)
     spec.ns = ns
     label = spec.func.__qualname__
     # Declaring the tangents' type lets Numba type (mutually) recursive vjps without inferring
@@ -973,9 +973,14 @@ def _namespace(refs):
     return ns
 
 
-def _exec(source, ns, tag):
+def _exec(source, ns, tag, origin=None):
+    """Run generated ``source`` (as file ``<numbarules tag>``); with ``origin`` (a normalised
+    function), errors its compiled code raises at run time name the user's lines
+    (``numba_glue.located``)."""
     filename = f"<numbarules {tag}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    if origin is not None:
+        numba_glue.located.register_lines(filename, origin.file, origin.name, source)
     exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated source
     return ns
 

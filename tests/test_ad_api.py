@@ -411,7 +411,8 @@ def cubes(x):
 
 def test_the_python_entry_compiles_nothing_of_its_own():
     # A first gradient compiles its driver only: the entry adopts the driver's machine code
-    # (numba_glue.AdoptingDispatcher); value_and_grad shares the driver and compiles nothing.
+    # (numba_glue.AdoptingDispatcher); value_and_grad compiles a driver of its own (it returns
+    # the value too: the entry runs the driver's code as it is) and nothing else.
     g, vg = nr.grad(cubes), nr.value_and_grad(cubes)
     x = np.array([1.0, 2.0, 3.0])
     before = nr.cache_info()["compiles"]
@@ -421,7 +422,9 @@ def test_the_python_entry_compiles_nothing_of_its_own():
     value, grad = vg(x)
     assert value == pytest.approx(36.0)
     np.testing.assert_allclose(grad, 3 * x ** 2)
-    assert nr.cache_info()["compiles"] == before + 1
+    assert nr.cache_info()["compiles"] == before + 2
+    assert g(x) is not g(x) and nr.grad(cubes) is g      # one object per (f, argnums, kind)
+    assert nr.cache_info()["compiles"] == before + 2
     # keywords, a second type, and the machine code is the driver's own entry point
     np.testing.assert_allclose(g(x=np.array([2.0])), [12.0])
     np.testing.assert_allclose(g(np.arange(4.0)[::2]), [0.0, 12.0])       # layout A

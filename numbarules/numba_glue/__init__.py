@@ -38,7 +38,7 @@ from numba.core.imputils import lower_builtin, lower_constant
 from numba.core.typing.templates import infer_global
 from numba.core.typing.typeof import typeof_impl
 from numba.core.registry import CPUDispatcher, cpu_target
-from numba.core.dispatcher import Dispatcher as dispatcher_base
+from numba.core.dispatcher import Dispatcher as dispatcher_base, OmittedArg
 from numba.core import typed_passes
 from numba.core.typed_passes import NopythonTypeInference
 from numba import typeof as numba_typeof
@@ -399,6 +399,7 @@ class _RecordingCompiler(compiler.CompilerBase):
         _canonical_stack_top()
         pm = compiler.DefaultPassBuilder.define_nopython_pipeline(self.state)
         pm.add_pass_after(RecordCalls, NopythonTypeInference)
+        located.locate_errors(self.state, pm)      # run-time errors at the user's line
         pm.finalize()
         return [pm]
 
@@ -681,6 +682,18 @@ def typeof_value(value):
     return numba_typeof(value)
 
 
+def is_omitted(value):
+    """Whether ``value`` is the marker Numba's C dispatcher passes for a parameter left out."""
+    return isinstance(value, OmittedArg)
+
+
+def given_types(argtypes):
+    """``argtypes`` with each omitted argument (``types.Omitted``: Numba's C dispatcher filled in
+    the parameter's default) as the type of its default value."""
+    return tuple(types.unliteral(numba_typeof(t.value)) if isinstance(t, types.Omitted) else t
+                 for t in argtypes)
+
+
 # --- 5. observing compiles (numbarules.profile) ---------------------------------------------------
 
 class _CompileListener(numba_event.Listener):
@@ -750,4 +763,4 @@ def readable_type(t, depth=0):
 
 # The package's other modules use the names above: imported last. ``persist`` also starts Numba's
 # symbol counter at a random point (see there), before anything is compiled.
-from . import intrinsics, persist  # noqa: E402,F401
+from . import intrinsics, located, persist  # noqa: E402,F401

@@ -81,7 +81,6 @@ def _environments_importable(cres):
     each one's module by name (``environment._rebuild_env``). Code of a module loaded from a
     file without a name in ``sys.modules`` has the module "<dynamic>", which no process can."""
     import importlib.util
-    import sys
     try:
         envs = [cres.environment, *cres._find_referenced_environments()]
     except Exception:   # noqa: BLE001 - not knowing means not storing

@@ -1,0 +1,139 @@
+"""Run-time errors of compiled code at the user's line, at no run-time cost.
+
+Numba gives an exception raised in compiled code a traceback frame only when the ``raise`` was
+lowered with a source location: a ``raise`` statement in the function. Its own implementations
+(broadcasting, ``np.dot``, ``reshape``, bounds checks) raise through the call convention with
+no location, so ``C + B`` with shapes that do not broadcast fails with no line at all.
+
+Our compiles (``_RecordingCompiler``) lower with ``LocatingLower`` and a ``LocatingCallConv``
+on their own copy of the target context (Numba makes one per compile, ``_make_subtarget``): an
+exception raised while lowering a statement, through that statement's builder, gets the
+statement's location. For generated kernels the location is the user's line the statement came
+from: ``kernels._exec`` registers, per generated file, the line each ``# line N`` comment
+explains (``register_lines``). Plain ``@numba.njit`` code is compiled as before, and
+subroutines Numba compiles and caches for everyone (``compile_subroutine``) are lowered with
+their own builder, so they never carry a line of ours.
+"""
+
+import re
+
+from numba.core import callconv, errors, ir, lowering, typed_passes
+from numba.core.compiler_machinery import register_pass
+
+_GENERATED_AT = re.compile(r'\nFile "<numbarules [^"]*>", line \d+, ?$')
+
+#: generated file name -> (user's file, user's function, {generated line: user's line})
+_LINES = {}
+
+
+def register_lines(filename, user_file, function, source):
+    """Map the lines of generated ``source`` (compiled as ``filename``) to the user's lines
+    their ``# line N: ...`` comments name; lines before the first comment map to none."""
+    table, current = {}, None
+    for k, text in enumerate(source.splitlines(), start=1):
+        stripped = text.strip()
+        if stripped.startswith("# line "):
+            number = stripped[len("# line "):].split(":", 1)[0]
+            current = int(number) if number.isdigit() else None
+        elif stripped.startswith("def "):
+            current = None
+        elif current is not None and stripped:
+            table[k] = current
+    _LINES[filename] = (user_file, function, table)
+
+
+def forget_lines(filename):
+    _LINES.pop(filename, None)
+
+
+def user_loc(here):
+    """(the user's location, function name) of statement location ``here``, or None: generated
+    code maps to the line its ``# line`` comment names; glue with no user line behind it (an
+    entry, a rule's wrapper) to none."""
+    if not isinstance(here, ir.Loc) or not here.filename:
+        return None
+    mapped = _LINES.get(here.filename)
+    if mapped is not None:
+        user_file, function, table = mapped
+        line = table.get(here.line)
+        return None if line is None else (ir.Loc(user_file, line), function)
+    if here.filename.startswith("<"):
+        return None
+    return here, None
+
+
+class LocatingCallConv(callconv.CPUCallConv):
+    """Numba's CPU call convention (the same ABI) whose user exceptions default to the location
+    of the statement being lowered."""
+
+    def _where(self, builder, loc, func_name):
+        low = getattr(self.context, "nr_lowerer", None)
+        if loc is not None or low is None or builder is not getattr(low, "builder", None):
+            return loc, func_name
+        found = user_loc(low.loc)
+        return found if found is not None else (loc, func_name)
+
+    def set_static_user_exc(self, builder, exc, exc_args=None, loc=None, func_name=None):
+        loc, func_name = self._where(builder, loc, func_name)
+        if exc_args and isinstance(exc_args[0], str) and _GENERATED_AT.search(exc_args[0]):
+            # Numba's broadcasting error names the statement it read from errors.loc_info,
+            # which the array expression's own compile has just overwritten
+            where = f'\nFile "{loc.filename}", line {loc.line}, ' if loc is not None else ""
+            exc_args = (_GENERATED_AT.sub(where, exc_args[0]),) + tuple(exc_args[1:])
+        return super().set_static_user_exc(builder, exc, exc_args, loc=loc,
+                                           func_name=func_name)
+
+    def set_dynamic_user_exc(self, builder, exc, exc_args, nb_types, loc=None, func_name=None):
+        loc, func_name = self._where(builder, loc, func_name)
+        return super().set_dynamic_user_exc(builder, exc, exc_args, nb_types, loc=loc,
+                                            func_name=func_name)
+
+
+class LocatingLower(lowering.Lower):
+    def __init__(self, context, *args, **kwargs):
+        super().__init__(context, *args, **kwargs)
+        if isinstance(self.context, _LocatedContext):     # the lowerer's own copy of it
+            self.context.nr_lowerer = self
+
+    def lower_inst(self, inst):
+        # the message of Numba's broadcasting error names the statement from errors.loc_info
+        found = user_loc(self.loc)
+        if found is not None:
+            errors.loc_info["loc"] = found[0]
+        return super().lower_inst(inst)
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LocatingLowering(typed_passes.NativeLowering):
+    _name = "numbarules_native_lowering"
+
+    @property
+    def lowering_class(self):
+        return LocatingLower
+
+
+class _LocatedContext:
+    """Mixed into the class of a compile's own copy of the CPU target context: Numba's
+    ``CPUContext.call_conv`` is a property that makes a new call convention at each use."""
+
+    nr_lowerer = None
+
+    @property
+    def call_conv(self):
+        return LocatingCallConv(self)
+
+
+_CLASSES = {}
+
+
+def locate_errors(compiler_state, pipeline):
+    """Give a compile of ours (its state, its nopython pipeline) located run-time errors."""
+    ctx = compiler_state.targetctx
+    base = type(ctx)
+    if not isinstance(ctx, _LocatedContext) and type(ctx.call_conv) is callconv.CPUCallConv:
+        cls = _CLASSES.get(base)
+        if cls is None:
+            cls = _CLASSES[base] = type(f"Located{base.__name__}", (_LocatedContext, base), {})
+        ctx.__class__ = cls     # this compile's copy only (compiler._make_subtarget)
+    pipeline.passes = [(LocatingLowering if cls is typed_passes.NativeLowering else cls, what)
+                       for cls, what in pipeline.passes]
