@@ -445,7 +445,7 @@ def specialize(method, argtypes, context=None):
     except numba_glue.NumbaError as exc:
         pending = numba_glue.pending_errors()
         if not pending:
-            pending.append(_compile_error(method.func, f"method {method!r}", argtypes, exc))
+            pending.append(compile_error(method.func, f"method {method!r}", argtypes, exc))
         raise numba_glue.TypingError(str(pending[-1])) from None
     return disp
 
@@ -455,13 +455,18 @@ def _compiled(method):
     return registry.table(method, "_nr_compiled")
 
 
-def _compile_error(func, what, argtypes, exc):
+_CPU_ADVICE = "Method bodies and nr.jit functions must be Numba-compilable (nopython mode)."
+
+
+def compile_error(func, what, argtypes, exc, target="", advice=_CPU_ADVICE):
+    """The CompilationError for ``func`` (a method body, an nr.jit function, a helper) that Numba
+    could not compile for ``argtypes``: where it is defined, Numba's reason, what to do.
+    ``target``: " for the device" (cuda.methods), empty for the CPU."""
     file, line = source_location(func)
     sig = fmt_sig(tuple(from_numba(a) for a in argtypes))
     return CompilationError(
-        f"{what} defined at {file}:{line} could not be compiled for {sig}:\n"
-        f"{numba_glue.error_text(exc)}\n"
-        f"Method bodies and nr.jit functions must be Numba-compilable (nopython mode).",
+        f"{what} defined at {file}:{line} could not be compiled{target} at {sig}:\n"
+        f"{numba_glue.error_text(exc)}\n{advice}",
         function=func, argtypes=argtypes, file=file, line=line)
 
 
@@ -655,7 +660,7 @@ def _boundary_error(exc, func=None, args=()):
             err.args = (f"{err.args[0]}\nCalled from {where[-1]}",)
         return err
     if func is not None:
-        return _compile_error(func, f"nr.jit function {func.__qualname__}", args, exc)
+        return compile_error(func, f"nr.jit function {func.__qualname__}", args, exc)
     return None
 
 

@@ -21,6 +21,8 @@ from numba import config, cuda
 from numba.core import errors as core_errors
 from numba.core.compiler_lock import global_compiler_lock as core_lock
 
+from .. import numba_glue
+
 #: NUMBA_ENABLE_CUDASIM=1: kernels and device functions run as Python, nothing is typed.
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
@@ -84,11 +86,7 @@ def compile_device(disp, argtypes):
     return disp.compile_device(tuple(argtypes)).signature.return_type
 
 
-def error_text(exc):
-    text = str(exc)
-    for marker in ("\nThis error may have been caused", "\nFor more information about typing"):
-        text = text.split(marker)[0]
-    return text.strip()
+error_text = numba_glue.error_text
 
 
 if not SIMULATOR:

@@ -19,8 +19,8 @@ import threading
 
 from .. import cache, numba_glue
 from ..dispatch import GenericFunction
-from ..errors import CompilationError, UnsupportedSyntaxError
-from ..lattice import fmt_sig, from_numba, source_location
+from ..errors import UnsupportedSyntaxError
+from ..lattice import from_numba
 from . import glue
 
 _SPECS = {}                   # (method or function, argtypes) -> _DeviceSpec
@@ -125,13 +125,10 @@ def specialize(func, argtypes, what, key_obj=None):
 
 
 def _compile_error(func, what, argtypes, exc):
-    file, line = source_location(func)
-    sig = fmt_sig(tuple(from_numba(a) for a in argtypes))
-    return CompilationError(
-        f"{what} defined at {file}:{line} could not be compiled for the device at {sig}:\n"
-        f"{glue.error_text(exc)}\nDevice code is per-thread Numba code: no allocation (NumPy "
-        f"array creation, lists), no Python objects; see docs/cuda.md.",
-        function=func, argtypes=argtypes, file=file, line=line)
+    return cache.compile_error(
+        func, what, argtypes, exc, target=" for the device",
+        advice="Device code is per-thread Numba code: no allocation (NumPy array creation, "
+               "lists), no Python objects; see docs/cuda.md.")
 
 
 # --- plain helpers and the namespaces of device code -----------------------------------------

@@ -20,7 +20,7 @@ import re
 from numba.core import callconv, errors, ir, lowering, typed_passes
 from numba.core.compiler_machinery import register_pass
 
-_GENERATED_AT = re.compile(r'\nFile "<numbarules [^"]*>", line \d+, ?$')
+_NAMED_AT = re.compile(r'\nFile "[^"]*", line \d+, ?$')
 
 #: generated file name -> (user's file, user's function, {generated line: user's line})
 _LINES = {}
@@ -75,11 +75,12 @@ class LocatingCallConv(callconv.CPUCallConv):
 
     def set_static_user_exc(self, builder, exc, exc_args=None, loc=None, func_name=None):
         loc, func_name = self._where(builder, loc, func_name)
-        if exc_args and isinstance(exc_args[0], str) and _GENERATED_AT.search(exc_args[0]):
+        if exc_args and isinstance(exc_args[0], str) and _NAMED_AT.search(exc_args[0]) \
+                and (loc is not None or "<numbarules " in exc_args[0]):
             # Numba's broadcasting error names the statement it read from errors.loc_info,
-            # which the array expression's own compile has just overwritten
+            # which the array expression's own compile has just overwritten with its line 1
             where = f'\nFile "{loc.filename}", line {loc.line}, ' if loc is not None else ""
-            exc_args = (_GENERATED_AT.sub(where, exc_args[0]),) + tuple(exc_args[1:])
+            exc_args = (_NAMED_AT.sub(where, exc_args[0]),) + tuple(exc_args[1:])
         return super().set_static_user_exc(builder, exc, exc_args, loc=loc,
                                            func_name=func_name)
 
