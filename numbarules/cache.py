@@ -598,7 +598,7 @@ def install_direct_entry(owner, arity, check, callee_of, record_as=None, signatu
     def before(disp, args):
         numba_glue.pending_errors().clear()
         for (name, _), a in zip(signature, args):
-            if getattr(a, "value", None) is _REQUIRED and numba_glue.is_omitted(a):
+            if numba_glue.is_omitted(a) and a.value is _REQUIRED:
                 raise TypeError(f"{owner.__qualname__}: missing a required argument: '{name}'")
         check(args)
 
@@ -751,9 +751,7 @@ def _prepare_deferred(func):
     closure = tuple(_new_cell(c.cell_contents) if i in cell_swaps else
                     _new_cell(cell_numpy[i]) if i in cell_numpy else c
                     for i, c in enumerate(cells)) or None
-    new = type(func)(func.__code__, glb, func.__name__, func.__defaults__, closure)
-    new.__qualname__ = func.__qualname__
-    new.__module__ = func.__module__
+    new = _rebuilt(func, glb, closure)
 
     def fill():
         glb.update({n: helper(v) for n, v in swaps.items()})
@@ -770,6 +768,30 @@ def _prepare_deferred(func):
     refresh()
     new._nr_refresh = refresh
     return new, fill
+
+
+def swapped(func, swap):
+    """``func`` over a copy of its globals and closure in which each value it names is
+    ``swap(value)`` (``func`` itself when nothing changes): how a target's compile sees the
+    names a function calls (cuda.methods.prepare)."""
+    glb = func.__globals__
+    swaps = {n: swap(glb[n]) for n in global_names(func) if n in glb}
+    swaps = {n: v for n, v in swaps.items() if v is not glb[n]}
+    cells = func.__closure__ or ()
+    values = [_cell_value(c) for c in cells]
+    new_values = [swap(v) if v is not None else v for v in values]
+    if not swaps and all(a is b for a, b in zip(new_values, values)):
+        return func
+    closure = tuple(c if new is old else _new_cell(new)
+                    for c, old, new in zip(cells, values, new_values)) or None
+    return _rebuilt(func, dict(glb, **swaps), closure)
+
+
+def _rebuilt(func, glb, closure):
+    new = type(func)(func.__code__, glb, func.__name__, func.__defaults__, closure)
+    new.__qualname__ = func.__qualname__
+    new.__module__ = func.__module__
+    return new
 
 
 def _cell_value(cell):

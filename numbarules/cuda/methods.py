@@ -188,26 +188,5 @@ def device_namespace(ns):
 
 def prepare(func):
     """``func`` with the names device code cannot call as they are replaced (``device_value``)."""
-    names = cache.global_names(func)
-    glb = func.__globals__
-    swaps = {n: device_value(glb[n]) for n in names if n in glb}
-    swaps = {n: v for n, v in swaps.items() if v is not glb[n]}
-    cells = func.__closure__ or ()
-    new_cells = tuple(_swapped_cell(c) for c in cells)
-    if not swaps and all(a is b for a, b in zip(new_cells, cells)):
-        return func
-    new_glb = dict(glb)
-    new_glb.update(swaps)
-    new = type(func)(func.__code__, new_glb, func.__name__, func.__defaults__, new_cells or None)
-    new.__qualname__ = func.__qualname__
-    new.__module__ = func.__module__
-    return new
+    return cache.swapped(func, device_value)
 
-
-def _swapped_cell(cell):
-    try:
-        value = cell.cell_contents
-    except ValueError:          # an empty cell
-        return cell
-    new = device_value(value)
-    return cell if new is value else (lambda: new).__closure__[0]
