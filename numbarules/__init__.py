@@ -8,7 +8,9 @@ from .lattice import (Any, Number, Real, AbstractFloat, Integer, Signed, Float64
                       Matrix, typeof, issubtype)
 from .structs import struct, Tangent
 from .dispatch import GenericFunction, Method, generic, which
-from .cache import jit, cache_info, clear_cache
+from .cache import cache_info, clear_cache
+from .methods import jit
+from . import entries  # noqa: F401 - the backend generic functions call (entries, new methods)
 from .profile import compile_stats, CompileStats
 from .rules import rrule, scalar_rule, opt_out, non_differentiable, rule_for
 from . import primitives  # noqa: F401 - registers the built-in rules

@@ -15,7 +15,7 @@ import numba
 import numba.typed
 import numpy as np
 
-from . import cache, kernels, lattice, numba_glue, registry, rules
+from . import cache, entries, kernels, lattice, numba_glue, registry, rules
 from .ad import kinds
 from .dispatch import GenericFunction, Method
 from .errors import NumbarulesError, RuleError
@@ -63,11 +63,11 @@ class Gradient:
         runs the driver's machine code, with no Python in between (see cache)."""
         arities = _arities(self.f)
         if len(arities) == 1:
-            cache.install_direct_entry(self, arities[0], self._check_values,
+            entries.install_direct_entry(self, arities[0], self._check_values,
                                        lambda argtypes: self._driver(argtypes, entry=True),
                                        signature=_parameters(self.f), arities_of=self.f)
         else:
-            cache.install_entry(self, arities, self._check_values, Gradient._resolve_entry,
+            entries.install_entry(self, arities, self._check_values, Gradient._resolve_entry,
                                 arities_of=self.f)
 
     def _check_values(self, args):
@@ -99,7 +99,7 @@ class Gradient:
     def _driver(self, argtypes, entry=False):
         """The compiled driver at ``argtypes``. Compiled callers get one that links the vjp (a
         fused vjp inlines into their loops); the Python entry one that calls the kernels by
-        their symbols, so that each kernel's machine code is generated once (cache.Unlinked).
+        their symbols, so that each kernel's machine code is generated once (entries.Unlinked).
 
         The entry's driver returns what the object returns (the Python entry runs its machine
         code as it is: nothing picks items in Python), and is kept with the AD specialization.
@@ -145,13 +145,13 @@ class Gradient:
         elif entry and not isinstance(spec.target, rules.Rule) and not k.fused \
                 and k.vjp is not k.whole:
             # The forward and the pullback called directly: the vjp is not compiled at all.
-            ns.update(_fwd=cache.Unlinked.of_dispatcher(spec.fwd),
-                      _bwd=cache.Unlinked.of_dispatcher(spec.bwd))
+            ns.update(_fwd=entries.Unlinked.of_dispatcher(spec.fwd),
+                      _bwd=entries.Unlinked.of_dispatcher(spec.bwd))
             body = (f"    _y, _res = _fwd({params})\n"
                     f"    _d = _bwd(_res, _seed)\n")
             value, grad = "_y", lambda i: f"_d[{i}]"
         else:
-            ns["_vjp"] = cache.Unlinked.of_dispatcher(spec.vjp) if entry else spec.vjp
+            ns["_vjp"] = entries.Unlinked.of_dispatcher(spec.vjp) if entry else spec.vjp
             body = f"    _r = _vjp({params}{sep}_seed)\n"
             value, grad = "_r[0]", lambda i: f"_r[{i + 1}]"
         grads = (grad(nums[0]) if isinstance(self.argnums, int)
@@ -163,7 +163,7 @@ class Gradient:
                               f"{spec.fn.name} ({spec.fn.file}:{spec.fn.firstline}) in one "
                               f"function\n", 1)
         kernels._exec(src, ns, self.__qualname__, origin=spec.fn if whole else None)
-        # The entry's driver is what Python calls (cache.install_direct_entry), with a CPython
+        # The entry's driver is what Python calls (entries.install_direct_entry), with a CPython
         # wrapper; it is stored on disk under what it computes
         persist = (("entry driver", self.f, self.argnums, self.boundscheck, with_value) if entry
                    else ("driver", self))

@@ -28,15 +28,13 @@ Truth table for one recorded decision (f, T -> d) after a change to f's methods 
 """
 
 import collections
-import dis
-import inspect
 import warnings
 import weakref
 
-from . import diskcache, dispatch, numba_glue, profile, registry, rules
+from . import diskcache, numba_glue, profile, registry, rules
 from .dispatch import GenericFunction
-from .errors import CompilationError, DispatchError, RuleError
-from .lattice import fmt_sig, from_numba, source_location, typeof
+from .errors import DispatchError, RuleError
+from .lattice import from_numba
 
 
 class Node:
@@ -112,7 +110,7 @@ def owned(py_func, label, owner=None, options=None, depends=(), local_types=None
         py_func, lambda args, calls: _record(box[0], label, owner or box[0], args, calls, depends),
         options, local_types)
     box.append(disp)
-    disp._cache = _DiskSlot(disp, label, owner or disp, persist)
+    disp._cache = DiskSlot(disp, label, owner or disp, persist)
     return disp
 
 
@@ -134,29 +132,29 @@ def engine_node(label, decisions=(), callees=(), on_drop=None):
     depends on it.
     """
     node = Node(None, (), label, on_drop or (lambda: None))
-    _link(node, decisions, callees)
+    link(node, decisions, callees)
     _ENGINE_NODES.add(node)
     return node
 
 
 def _node(disp, args):
     """The node of ``disp`` compiled for ``args``, or None."""
-    return None if disp is None else _nodes_of(disp).get(tuple(args))
+    return None if disp is None else nodes_of(disp).get(tuple(args))
 
 
-def _nodes_of(disp):
+def nodes_of(disp):
     """{args: Node} of dispatcher ``disp``, held by the dispatcher itself."""
     return registry.peek(disp, "_nr_nodes") or {}
 
 
-def _set_node(disp, args, node):
+def set_node(disp, args, node):
     registry.table(disp, "_nr_nodes")[tuple(args)] = node
     _DISPATCHERS.add(disp)
 
 
 def all_nodes():
     """Every live node."""
-    return [n for d in _DISPATCHERS for n in list(_nodes_of(d).values())] + list(_ENGINE_NODES)
+    return [n for d in _DISPATCHERS for n in list(nodes_of(d).values())] + list(_ENGINE_NODES)
 
 
 def _decisions_about(f):
@@ -164,7 +162,7 @@ def _decisions_about(f):
     return registry.table(f, "_nr_decisions")
 
 
-def _link(node, decisions, callees):
+def link(node, decisions, callees):
     for decision in decisions:
         _decide(node, *decision)
     for target in callees:
@@ -185,7 +183,7 @@ def relied_on(calls):
             except DispatchError:
                 continue
             decisions.append((callee, sig, "method", method, tuple(cargs)))
-            target = _node(_compiled(method).get(tuple(cargs)), cargs)
+            target = _node(compiled_of(method).get(tuple(cargs)), cargs)
         elif hasattr(callee, "_nr_node_for"):      # a gradient object: its driver's node
             target = callee._nr_node_for(cargs)
         else:
@@ -200,9 +198,9 @@ def _record(disp, label, owner, args, calls, depends=()):
     if old is not None:
         _unlink(old)
     node = Node(disp, args, label)
-    _set_node(disp, args, node)
-    _link(node, (), depends)
-    _link(node, *relied_on(calls))
+    set_node(disp, args, node)
+    link(node, (), depends)
+    link(node, *relied_on(calls))
     _counts["compiles"] += 1
     _by_function[label] += 1
     _by_owner[owner] = _by_owner.get(owner, 0) + 1
@@ -238,7 +236,7 @@ def _unlink(node):
     if node._dispatcher is None:
         _ENGINE_NODES.discard(node)
     else:
-        nodes = _nodes_of(node.dispatcher)
+        nodes = nodes_of(node.dispatcher)
         if nodes.get(node.args) is node:
             del nodes[node.args]
 
@@ -258,7 +256,7 @@ def invalidate(nodes):
 
 # --- the disk cache ----------------------------------------------------------------------------
 
-class _DiskSlot:
+class DiskSlot:
     """What Numba's dispatcher asks before compiling (``load_overload``) and after
     (``save_overload``): our disk cache in place of Numba's, which keys on a file's stamp and
     ignores dispatch decisions. Every owned dispatcher has one (it also prints progress); only
@@ -300,7 +298,7 @@ class _DiskSlot:
                     cres = None      # types that do not survive pickling (see save_overload)
                 if cres is not None:
                     node = Node(self.disp, argtypes, self.label)
-                    _set_node(self.disp, argtypes, node)
+                    set_node(self.disp, argtypes, node)
                     for decision in adopted:
                         _decide(node, *decision)
                     _counts["disk_hits"] += 1
@@ -370,40 +368,9 @@ def _still_valid(meta, adopted):
     return True
 
 
-# --- the backend the dispatch module calls --------------------------------------------------
+# --- what invalidation asks ------------------------------------------------------------------
 
-class _Backend:
-    def numba_type(self, f):
-        cached = f.__dict__.get("_nr_type")
-        if cached is None or cached[0] != f.world:
-            cached = f._nr_type = (f.world, numba_glue.callable_type(f, f.world, resolve_call))
-        return cached[1]
-
-    def install_call(self, f):
-        with numba_glue.LOCK:
-            tramp = f.__dict__.get("_nr_trampoline")
-            if tramp is None or tramp._nr_arities != tuple(f.arities()):
-                _install_trampoline(f)
-
-    def method_changed(self, f, old, new):
-        affected = _changed_decisions(f)
-        if old is not None:
-            compiled = _compiled(old)
-            for disp in list(compiled.values()):
-                affected += list(_nodes_of(disp).values())
-            compiled.clear()
-        invalidate(affected)
-        tramp = f.__dict__.get("_nr_trampoline")
-        if tramp is not None and tramp._nr_arities != tuple(f.arities()):
-            _install_trampoline(f)
-        _entries_for_arities(f)
-
-
-    def rules_changed(self, f):
-        invalidate(_changed_decisions(f))
-
-
-def _changed_decisions(f):
+def changed_decisions(f):
     """Nodes whose recorded decisions about ``f`` come out differently now (see the table)."""
     affected = []
     for sig, entries in list((registry.peek(f, "_nr_decisions") or {}).items()):
@@ -417,425 +384,21 @@ def _changed_decisions(f):
     return affected
 
 
-def resolve_call(f, context, argtypes):
-    """The dispatcher a compiled call of generic function ``f`` at ``argtypes`` jumps to."""
-    sig = tuple(from_numba(a) for a in argtypes)
-    try:
-        method = f.resolve(sig)
-    except DispatchError as exc:
-        numba_glue.pending_errors().append(exc)
-        raise numba_glue.TypingError(str(exc)) from None
-    return specialize(method, argtypes, context)
-
-
-def specialize(method, argtypes, context=None):
-    """The dispatcher of ``method`` compiled for ``argtypes`` (compiling it if needed)."""
-    compiled = _compiled(method)
-    disp = compiled.get(tuple(argtypes))
-    if disp is None:
-        disp = compiled[tuple(argtypes)] = owned(_prepare(method.func), repr(method),
-                                                 method.function, persist=("method", method))
-    if context is not None and numba_glue.being_typed(context, disp, argtypes):
-        return disp                 # a recursive call: the template types it
-    if numba_glue.has_overload(disp, argtypes):
-        _counts["hits"] += 1
-        return disp
-    try:
-        numba_glue.compile_for(disp, argtypes)
-    except numba_glue.NumbaError as exc:
-        pending = numba_glue.pending_errors()
-        if not pending:
-            pending.append(compile_error(method.func, f"method {method!r}", argtypes, exc))
-        raise numba_glue.TypingError(str(pending[-1])) from None
-    return disp
-
-
-def _compiled(method):
-    """{argument types: dispatcher} of ``method``, held by the method itself."""
-    return registry.table(method, "_nr_compiled")
-
-
-_CPU_ADVICE = "Method bodies and nr.jit functions must be Numba-compilable (nopython mode)."
-
-
-def compile_error(func, what, argtypes, exc, target="", advice=_CPU_ADVICE):
-    """The CompilationError for ``func`` (a method body, an nr.jit function, a helper) that Numba
-    could not compile for ``argtypes``: where it is defined, Numba's reason, what to do.
-    ``target``: " for the device" (cuda.methods), empty for the CPU."""
-    file, line = source_location(func)
-    sig = fmt_sig(tuple(from_numba(a) for a in argtypes))
-    return CompilationError(
-        f"{what} defined at {file}:{line} could not be compiled{target} at {sig}:\n"
-        f"{numba_glue.error_text(exc)}\n{advice}",
-        function=func, argtypes=argtypes, file=file, line=line)
-
-
-# --- calls from Python ---------------------------------------------------------------------------
-
-def _install_trampoline(f):
-    arities = f.arities()
-    check = lambda args: f.resolve(tuple(typeof(a) for a in args))     # noqa: E731
-    if len(arities) == 1:
-        # the method's dispatcher (compiled with a CPython wrapper) is the entry's overload; the
-        # entry records the method decision, so a new method that wins the call drops it
-        install_direct_entry(f, arities[0], check, lambda argtypes: resolve_call(f, None, argtypes),
-                             record_as=f)
-    else:
-        install_entry(f, arities, check, resolve_call)
-
-
-class Unlinked:
-    """``target`` as generated code calls it when the call runs once per call from Python: a
-    jump to the callee's symbol, its machine code not linked into (and compiled again in) the
-    caller's (``numba_glue.callable_type(..., unlinked=True)``).
-
-    ``resolve(target, context, argtypes)``: the dispatcher to call; ``node_for(target,
-    argtypes)``: its node, the caller's backedge. A generic function is recorded as itself (its
-    method decisions are the caller's too).
-    """
-
-    def __init__(self, target, resolve, node_for=None):
-        self.target = target
-        self.__name__ = getattr(target, "__name__", "f")
-        self._nr_resolve = resolve
-        self._nr_node = node_for or (lambda t, argtypes: _node(t, argtypes))
-        if isinstance(target, GenericFunction):
-            self._nr_record_as = target
-        self._numba_type_ = numba_glue.callable_type(self, 0, Unlinked._resolve, unlinked=True)
-
-    @staticmethod
-    def _resolve(self, context, argtypes):
-        return self._nr_resolve(self.target, context, argtypes)
-
-    def _nr_node_for(self, argtypes):
-        return self._nr_node(self.target, tuple(argtypes))
-
-    def _nr_fingerprint(self):
-        return ("unlinked", self.target)
-
-    @staticmethod
-    def of_dispatcher(disp):
-        return Unlinked(disp, lambda d, context, argtypes: d)
-
-
-def install_entry(owner, arities, check, resolve, arities_of=None):
-    """Make ``owner(...)`` a direct call of an njit dispatcher whose body calls ``owner``: the
-    entry of a generic function (or its gradient) with methods of several arities.
-
-    Numba's C dispatcher then does the type lookup and the jump, so a call costs about what a
-    call of an ``@njit`` function costs (plus ~70 ns: Numba folds the ``*args`` into a tuple).
-    ``check(args)`` runs on the first call with new types, before compiling: it raises our own
-    errors (NoMethodError). The entry calls ``owner`` unlinked (``Unlinked``), through
-    ``resolve(owner, context, argtypes)`` and ``owner._nr_node_for``. ``arities_of``: the generic
-    function whose arities the entry was made for (``entries_for_arities``).
-    """
-    _uninstall(owner)
-    src = f"def {owner.__name__}(*args):\n    return _f(*args)\n"
-    ns = {}
-    callee = Unlinked(owner, resolve,
-                      None if isinstance(owner, GenericFunction) else
-                      lambda o, argtypes: o._nr_node_for(argtypes, entry=True))
-    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"),
-         {"_f": callee, "__name__": GENERATED}, ns)  # noqa: S102
-    tramp = owned(ns[owner.__name__], f"{owner.__qualname__} (entry)", owner,
-                  persist=("entry", owner, tuple(arities)))
-
-    def before(disp, args):
-        numba_glue.pending_errors().clear()
-        check(args[0])      # Numba folds *args into one tuple before the miss hook sees them
-
-    _finish_entry(owner, tramp, arities, before, arities_of)
-
-
-def install_direct_entry(owner, arity, check, callee_of, record_as=None, signature=None,
-                         arities_of=None):
-    """Make ``owner(...)`` with ``arity`` positional arguments run code compiled elsewhere, with
-    nothing compiled for the entry itself: ``callee_of(argtypes)`` returns the dispatcher
-    (compiled with a CPython wrapper) whose code runs for ``argtypes``, and its compile result
-    becomes the entry's overload (``numba_glue.AdoptingDispatcher``). Unlike ``install_entry``'s
-    trampoline, which typed, lowered and optimised a function calling the callee (0.05-0.08 s
-    per first call), this only registers the callee's entry point with Numba's C dispatcher.
-
-    ``signature``: [(name, default or inspect.Parameter.empty)], the parameters of the user's
-    function. The entry takes them by those names, so Numba's C dispatcher binds keywords and
-    fills defaults (an omitted argument reaches ``callee_of`` as ``types.Omitted``); without it
-    the entry takes positional arguments only.
-
-    The entry's node links the callee's: dropping the callee's code (a rule added, a method
-    changed) drops the entry's overload too, and the next call adopts the new code. With
-    ``record_as`` (a generic function), the entry's node records the call as a call of it: the
-    method decision too, so that a new method winning the call drops the entry. ``check(args)``
-    runs on the first call with new types, before anything is compiled."""
-    _uninstall(owner)
-    label = f"{owner.__qualname__} (entry)"
-
-    def adopt(disp, argtypes):
-        callee = callee_of(argtypes)
-        cres = numba_glue.compile_result(callee, argtypes)
-        node = Node(disp, argtypes, label)
-        _set_node(disp, argtypes, node)
-        _link(node, *relied_on([(record_as or callee, argtypes)]))
-        return cres
-
-    ns, params, named = {"__name__": GENERATED}, [], signature is not None
-    if signature is None:
-        signature = [(f"a{i}", inspect.Parameter.empty) for i in range(arity)]
-    for k, (name, default) in enumerate(signature):
-        if default is inspect.Parameter.empty and not named:
-            params.append(name)
-        else:
-            # A required parameter gets a marker for a default: a call that leaves it out comes
-            # to ``before`` (no overload takes the marker's type), which names the function.
-            ns[f"_default_{k}"] = _REQUIRED if default is inspect.Parameter.empty else default
-            params.append(f"{name}=_default_{k}")
-    params = ", ".join(params)
-    src = (f"def {owner.__name__}({params}):\n"
-           f"    raise AssertionError(\"an adopting entry runs its callee's code only\")\n")
-    exec(compile(src, f"<numbarules entry of {owner.__qualname__}>", "exec"), ns)  # noqa: S102
-    entry = numba_glue.make_adopting_dispatcher(ns[owner.__name__], adopt)
-    entry._cache = _DiskSlot(entry, label, owner, None)     # its label; it stores nothing
-
-    def before(disp, args):
-        numba_glue.pending_errors().clear()
-        for (name, _), a in zip(signature, args):
-            if numba_glue.is_omitted(a) and a.value is _REQUIRED:
-                raise TypeError(f"{owner.__qualname__}: missing a required argument: '{name}'")
-        check(args)
-
-    _finish_entry(owner, entry, (arity,), before, arities_of)
-
-
-class _Required:
-    def __repr__(self):
-        return "<required>"
-
-
-_REQUIRED = _Required()
-
-
-def _finish_entry(owner, entry, arities, before, arities_of):
-    entry._nr_arities = tuple(arities)
-    entry.before_compile = before
-    entry.on_error = lambda disp, args, exc: _boundary_error(exc)
-    owner._nr_trampoline = entry
-    type(owner).__call__ = staticmethod(entry)
-    if arities_of is not None:
-        registry.table(arities_of, "_nr_arity_entries")[id(owner)] = weakref.ref(owner)
-
-
-def _uninstall(owner):
-    """Drop ``owner``'s Python entry: its next call installs a new one."""
-    old = owner.__dict__.get("_nr_trampoline")
-    if old is not None:
-        invalidate(list(_nodes_of(old).values()))
-        owner._nr_trampoline = None
-        if isinstance(type(owner).__dict__.get("__call__"), staticmethod):
-            delattr(type(owner), "__call__")        # its class's own: the next call installs
-
-
-def _entries_for_arities(f):
-    """Entries made for ``f``'s arities of the time (its gradient objects'), dropped when ``f``
-    gains or loses an arity: the next call installs one for the arities ``f`` has now."""
-    arities = tuple(f.arities())
-    for ref in list((registry.peek(f, "_nr_arity_entries") or {}).values()):
-        owner = ref()
-        tramp = owner.__dict__.get("_nr_trampoline") if owner is not None else None
-        if tramp is not None and tramp._nr_arities != arities:
-            _uninstall(owner)
-
-
 def node_of(dispatcher, argtypes):
     return _node(dispatcher, argtypes)
 
 
-def _boundary_error(exc, func=None, args=()):
-    pending = numba_glue.pending_errors()
-    if pending:
-        err = pending[0]
-        pending.clear()
-        where = [ln.strip() for ln in numba_glue.error_text(exc).splitlines()
-                 if ln.strip().startswith("File ") and "<numbarules " not in ln]
-        if where and isinstance(err, DispatchError) and "Called from" not in err.args[0] \
-                and "File " not in err.args[0]:
-            err.args = (f"{err.args[0]}\nCalled from {where[-1]}",)
-        return err
-    if func is not None:
-        return compile_error(func, f"nr.jit function {func.__qualname__}", args, exc)
-    return None
-
-
-# --- nr.jit and plain helpers ------------------------------------------------------------------
-
-def jit(func=None, **options):
-    """``numba.njit`` plus backedges: recompiled when a generic function it relies on changes.
-
-    Plain Python functions it calls are compiled alongside (with backedges too).
-    """
-    if func is None:
-        return lambda fn: jit(fn, **options)
-    if options.get("cache"):
-        raise ValueError("nr.jit does not take cache=True: Numba's cache ignores dispatch decisions "
-                         "and would load stale code (numbarules' own disk cache is keyed safely)")
-    return _jit(func, options, _options_key(options), internal=False)
-
-
-def _jit(func, options, key, internal):
-    """The nr.jit dispatcher of ``func``, held by ``func`` under ``key``. ``internal``: only
-    compiled code calls it (a helper our kernels call), so Numba makes no wrappers for it."""
-    prepared, fill = _prepare_deferred(func)
-    disp = owned(prepared, func.__qualname__, None, options,
-                 persist=("jit", func, sorted(options.items(), key=repr), internal),
-                 python=not internal, cfunc=not internal)
-    # held by the function, before its callees are swapped in: they may call it back
-    registry.table(func, "_nr_jit")[key] = disp
-    fill()
-
-    def before(d, args):
-        numba_glue.pending_errors().clear()
-
-    disp.before_compile = before
-    disp.on_error = lambda d, args, exc: _boundary_error(
-        exc, func, numba_glue.typeof_args(d, args))
-    return disp
-
-
-def is_plain(value):
-    """A pure-Python function Numba cannot call as it is (so we compile it alongside)."""
-    return inspect.isfunction(value) and not numba_glue.numba_types_value(value)
-
-
-def _prepare(func):
-    """``func`` with the plain Python functions it names replaced by their nr.jit versions."""
-    prepared, fill = _prepare_deferred(func)
-    fill()
-    return prepared
-
-
-def global_names(func):
-    """The global names ``func`` (and the functions defined in it) load.
-
-    Global loads only: ``co_names`` also holds attribute names, and ``np.concatenate`` inside a
-    module-level ``def concatenate`` must not make the function call itself."""
-    names = set()
-    stack = [func.__code__]
-    while stack:
-        code = stack.pop()
-        names.update(i.argval for i in dis.get_instructions(code)
-                     if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
-        stack += [c for c in code.co_consts if inspect.iscode(c)]
-    return names
-
-
-def _prepare_deferred(func):
-    """(``func`` rebuilt over its own copy of its globals, a function that swaps the plain
-    Python functions it names for their nr.jit versions in that copy).
-
-    The swap is deferred so that the caller can register the compiled version of ``func`` first:
-    a plain function that calls itself (or one that calls it back) then finds it, instead of
-    preparing the same function again forever.
-    """
-    names = global_names(func)
-    from .primitives import arrays     # not at the top: importing numbarules.primitives registers
-    #                                    every built-in rule, once the core modules are loaded
-    glb = func.__globals__
-    swaps = {n: glb[n] for n in names if n in glb and is_plain(glb[n])}
-    # NumPy as numbarules compiles it (np.max(x, axis): primitives/arrays.py), swapped at once
-    numpy = any(arrays.for_numba(glb[n]) is not glb[n] for n in names if n in glb)
-    cells = func.__closure__ or ()
-    cell_swaps = [i for i, c in enumerate(cells) if is_plain(_cell_value(c))]
-    cell_numpy = {i: arrays.for_numba(_cell_value(c)) for i, c in enumerate(cells)}
-    cell_numpy = {i: v for i, v in cell_numpy.items() if v is not _cell_value(cells[i])}
-    if not swaps and not cell_swaps and not numpy and not cell_numpy:
-        return func, lambda: None
-    live, glb = glb, dict(glb)
-    closure = tuple(_new_cell(c.cell_contents) if i in cell_swaps else
-                    _new_cell(cell_numpy[i]) if i in cell_numpy else c
-                    for i, c in enumerate(cells)) or None
-    new = _rebuilt(func, glb, closure)
-
-    def fill():
-        glb.update({n: helper(v) for n, v in swaps.items()})
-        for i in cell_swaps:
-            closure[i].cell_contents = helper(closure[i].cell_contents)
-
-    def refresh():
-        # The copy of the globals must not freeze them: a global the module rebinds later
-        # (K = 3.0) is what the next compile sees, as under numba.njit. numba_glue.Dispatcher
-        # calls this before each compile. (Swapped helpers keep their compiled versions.)
-        for k, v in live.items():
-            if k not in swaps:
-                glb[k] = arrays.for_numba(v)
-    refresh()
-    new._nr_refresh = refresh
-    return new, fill
-
-
-def swapped(func, swap):
-    """``func`` over a copy of its globals and closure in which each value it names is
-    ``swap(value)`` (``func`` itself when nothing changes): how a target's compile sees the
-    names a function calls (cuda.methods.prepare)."""
-    glb = func.__globals__
-    swaps = {n: swap(glb[n]) for n in global_names(func) if n in glb}
-    swaps = {n: v for n, v in swaps.items() if v is not glb[n]}
-    cells = func.__closure__ or ()
-    values = [_cell_value(c) for c in cells]
-    new_values = [swap(v) if v is not None else v for v in values]
-    if not swaps and all(a is b for a, b in zip(new_values, values)):
-        return func
-    closure = tuple(c if new is old else _new_cell(new)
-                    for c, old, new in zip(cells, values, new_values)) or None
-    return _rebuilt(func, dict(glb, **swaps), closure)
-
-
-def _rebuilt(func, glb, closure):
-    new = type(func)(func.__code__, glb, func.__name__, func.__defaults__, closure)
-    new.__qualname__ = func.__qualname__
-    new.__module__ = func.__module__
-    return new
-
-
-def _cell_value(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:   # an empty cell
-        return None
-
-
-def _new_cell(value):
-    return (lambda: value).__closure__[0]
-
-
-def helper(func):
-    """The compiled version of a plain Python function that compiled code calls (one per
-    function, held by it; not callable from Python)."""
-    made = registry.table(func, "_nr_jit")
-    disp = made.get(_HELPER)
-    return disp if disp is not None else _jit(func, {}, _HELPER, internal=True)
-
-
-_HELPER = ("helper",)
-
-
-def partials(func):
-    """The compiled partial derivatives of a scalar rule: NumPy's error model always (a pole
-    gives inf, as in JAX: d/dx sqrt(x) at 0), whatever the kernel calling it. Numba would
-    otherwise compile it with the error model of the first caller (flags are inherited), and
-    the forward kernels keep Python's, where dividing by zero raises."""
-    made = registry.table(func, "_nr_jit")
-    disp = made.get(_PARTIALS)
-    if disp is None:
-        disp = _jit(func, {"error_model": "numpy"}, _PARTIALS, internal=True)
-    return disp
-
-
-_PARTIALS = ("partials",)
-
-
-def _options_key(options):
-    return tuple(sorted(options.items(), key=repr))
+def compiled_of(method):
+    """{argument types: dispatcher} of ``method``, held by the method itself."""
+    return registry.table(method, "_nr_compiled")
 
 
 # --- counters ------------------------------------------------------------------------------------
+
+def counted(kind):
+    """Count one more ``kind`` ("hits": a compiled specialization found again)."""
+    _counts[kind] += 1
+
 
 def cache_info(f=None):
     """Counts since start or ``clear_cache()``: compiles, hits, invalidations, and more.
@@ -860,7 +423,8 @@ def cache_info(f=None):
 
 
 #: The tables the engine keeps on the objects they are about (numbarules.registry).
-_TABLES = ("_nr_ad", "_nr_compiled", "_nr_jit", "_nr_gradients", "_nr_decisions", "_nr_nodes")
+_TABLES = ("_nr_ad", "_nr_compiled", "_nr_jit", "_nr_gradients", "_nr_decisions", "_nr_nodes",
+           "_nr_arity_entries")
 
 
 _CLEAR_HOOKS = []
@@ -923,13 +487,11 @@ def _nodes_held_by(owner):
             nodes.append(spec.node)
     for name in ("_nr_compiled", "_nr_jit"):
         for disp in list((registry.peek(owner, name) or {}).values()):
-            nodes += list(_nodes_of(disp).values())
+            nodes += list(nodes_of(disp).values())
     tramp = getattr(owner, "__dict__", {}).get("_nr_trampoline")
     if tramp is not None:
-        nodes += list(_nodes_of(tramp).values())
+        nodes += list(nodes_of(tramp).values())
     for entry in list(getattr(owner, "_drivers", {}).values()):
         nodes.append(entry[1])
     return nodes
 
-
-dispatch.set_backend(_Backend())

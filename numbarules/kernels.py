@@ -19,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, numba_glue, profile, registry, rules
+from . import cache, entries, methods, numba_glue, profile, registry, rules
 from .ad import (adjoints, analysis, closures, codegen, dataflow, frontend, ir, kinds, partials,
                  runtime, tangents)
 from .primitives import arrays
@@ -250,7 +250,7 @@ def _build(spec, argtypes, mask):
 
 def _unlink_calls_outside_loops(spec, ns):
     """Calls that run once per call of the kernel (outside every loop) jump to the callee's code
-    instead of linking it (cache.Unlinked): linked code is optimised and compiled to machine code
+    instead of linking it (entries.Unlinked): linked code is optimised and compiled to machine code
     again in every kernel that links it, and a new rule deep in a call graph then recompiled
     every caller's copy of everything below. Calls inside loops stay linked, for inlining.
     Recursive functions keep linked calls (Numba types their recursion through them)."""
@@ -269,9 +269,9 @@ def _unlink_calls_outside_loops(spec, ns):
     for name in outside - inside:
         value = ns.get(name)
         if isinstance(value, GenericFunction):
-            ns[name] = cache.Unlinked(value, cache.resolve_call)
+            ns[name] = entries.Unlinked(value, methods.resolve_call)
         elif name.startswith(("fwd_", "bwd_", "vjp_")) and numba_glue.is_dispatcher(value):
-            ns[name] = cache.Unlinked.of_dispatcher(value)
+            ns[name] = entries.Unlinked.of_dispatcher(value)
 
 
 def _typed(spec, fn, ns, argtypes):
@@ -407,7 +407,7 @@ def _generated_rule(rule, name, argtypes, ns):
     fwd = f"def fwd_{name}({params}):\n    return _f({params}), {tup(f'a{i}' for i in range(n))}\n"
     lines = [f"def bwd_{name}(_res, _dout):", f"    {params}{',' if n == 1 else ''} = _res"]
     if rule.kind == "scalar":
-        ns["_partials"] = cache.partials(rule.impl)
+        ns["_partials"] = methods.partials(rule.impl)
         extra = f", _f({params})" if rule.uses_result else ""
         lines.append(f"    _p = _partials({params}{extra})")
         grads = [f"_dout * _p[{i}]" if kinds.is_float(t) else "None"
@@ -547,7 +547,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
             return codegen.CallPlan("scalar", None, with_result=target.uses_result, inline=inline)
         # named after the function, numbered only when two rules of the same name meet in one
         # kernel (np.sin and math.sin): the same name in every process, so nr.code reads the same
-        disp = cache.partials(target.impl)
+        disp = methods.partials(target.impl)
         base = f"_partials_{re.sub(r'[^A-Za-z0-9]', '_', getattr(f, '__name__', 'f'))}"
         pname, k = base, 1
         while ns.get(pname, disp) is not disp:
@@ -963,7 +963,7 @@ def _alias_edges(fn, types):
 def _namespace(refs):
     ns = {}
     for k, v in refs.items():
-        ns[k] = cache.helper(v) if cache.is_plain(v) else arrays.for_numba(v)
+        ns[k] = methods.helper(v) if methods.is_plain(v) else arrays.for_numba(v)
     ns.update(runtime.HELPERS)
     ns.update(tangents.HELPERS)
     ns["_np"] = arrays.NUMPY

@@ -17,7 +17,8 @@ function it keeps the decisions it was compiled with.
 
 import threading
 
-from .. import cache, numba_glue
+from .. import cache, entries, numba_glue
+from .. import methods as cpu
 from ..dispatch import GenericFunction
 from ..errors import UnsupportedSyntaxError
 from ..lattice import from_numba
@@ -125,7 +126,7 @@ def specialize(func, argtypes, what, key_obj=None):
 
 
 def _compile_error(func, what, argtypes, exc):
-    return cache.compile_error(
+    return cpu.compile_error(
         func, what, argtypes, exc, target=" for the device",
         advice="Device code is per-thread Numba code: no allocation (NumPy array creation, "
                "lists), no Python objects; see docs/cuda.md.")
@@ -170,14 +171,14 @@ def helper(func):
 def device_value(value):
     """What device code should see for ``value`` named in a namespace: our CPU dispatchers and
     plain Python functions become device helpers; everything else is left as it is. A call the
-    CPU kernels make unlinked (``cache.Unlinked``) is an ordinary call on the device."""
-    if isinstance(value, cache.Unlinked):
+    CPU kernels make unlinked (``entries.Unlinked``) is an ordinary call on the device."""
+    if isinstance(value, entries.Unlinked):
         value = value.target
     if isinstance(value, GenericFunction) or isinstance(value, DeviceHelper):
         return value
     if isinstance(value, numba_glue.Dispatcher):
         return helper(value.py_func)       # an nr.jit helper or a kernel of ours
-    if cache.is_plain(value):
+    if cpu.is_plain(value):
         return helper(value)
     return value
 
@@ -188,5 +189,5 @@ def device_namespace(ns):
 
 def prepare(func):
     """``func`` with the names device code cannot call as they are replaced (``device_value``)."""
-    return cache.swapped(func, device_value)
+    return cpu.swapped(func, device_value)
 

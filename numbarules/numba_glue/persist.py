@@ -1,4 +1,4 @@
-"""Numba's side of the persistent cache (numbarules.diskcache, cache._DiskSlot): compiled code
+"""Numba's side of the persistent cache (numbarules.diskcache, cache.DiskSlot): compiled code
 as bytes and back, with the code it calls unlinked, and what may not be stored.
 
 Part of the CPU door into ``numba.core`` (the ``numba_glue`` package); docs/numba-internals.md
