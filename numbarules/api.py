@@ -15,7 +15,7 @@ import numba
 import numba.typed
 import numpy as np
 
-from . import cache, entries, kernels, lattice, numba_glue, registry, rules
+from . import cache, entries, kernels, lattice, numba_glue, registry, rules, targets
 from .ad import kinds
 from .dispatch import GenericFunction, Method
 from .errors import NumbarulesError, RuleError
@@ -112,8 +112,8 @@ class Gradient:
         given = numba_glue.given_types(argtypes)     # an omitted argument: its default's type
         nums = _argnums(self.argnums, len(argtypes))
         mask = tuple(i in nums for i in range(len(argtypes)))
-        kernels.check_arguments(self.f, given, mask)
-        target, decisions = kernels.target_for(self.f, given)
+        targets.check_arguments(self.f, given, mask)
+        target, decisions = targets.target_for(self.f, given)
         spec = kernels.specialize(target, given, mask, self.boundscheck)
         kernels.check_differentiable_output(spec)
         with_value = self.with_value
@@ -162,7 +162,7 @@ class Gradient:
             src = src.replace("\n", f"\n    # {self.__qualname__}: the forward and reverse of "
                               f"{spec.fn.name} ({spec.fn.file}:{spec.fn.firstline}) in one "
                               f"function\n", 1)
-        kernels._exec(src, ns, self.__qualname__, origin=spec.fn if whole else None)
+        targets.exec_source(src, ns, self.__qualname__, origin=spec.fn if whole else None)
         # The entry's driver is what Python calls (entries.install_direct_entry), with a CPython
         # wrapper; it is stored on disk under what it computes
         persist = (("entry driver", self.f, self.argnums, self.boundscheck, with_value) if entry
@@ -276,14 +276,14 @@ def _spec_for_call(f, args, argnums=None, bounds=False, caller="pullback"):
         f, argnums = f.f, f.argnums if argnums is None else argnums
     args = _positional(f, args, caller)
     argtypes = tuple(numba.typeof(a) for a in args)
-    target, _ = kernels.target_for(f, argtypes)
+    target, _ = targets.target_for(f, argtypes)
     if argnums is None:
-        kernels.check_arguments(f, argtypes, (True,) * len(argtypes))
+        targets.check_arguments(f, argtypes, (True,) * len(argtypes))
         mask = tuple(kinds.differentiable(t) for t in argtypes)
     else:
         nums = _argnums(argnums, len(args))
         mask = tuple(i in nums for i in range(len(args)))
-        kernels.check_arguments(f, argtypes, mask)
+        targets.check_arguments(f, argtypes, mask)
     return kernels.specialize(target, argtypes, mask, bounds)
 
 
@@ -510,7 +510,7 @@ def explain(f, *args):
     ``non-differentiable`` declaration was used."""
     spec = _spec_for_call(f, args, caller="explain")
     sig = tuple(lattice.from_numba(t) for t in spec.argtypes)
-    target, _ = kernels.target_for(f, spec.argtypes)
+    target, _ = targets.target_for(f, spec.argtypes)
     rule = rules.lookup(f, sig)
     method = target if isinstance(target, Method) else (
         f.resolve(sig) if isinstance(f, GenericFunction) else None)

@@ -8,25 +8,19 @@ or rule that changes one of them drops exactly the kernels generated from it, an
 compiled against them.
 """
 
-import contextlib
 import dataclasses
-import inspect
-import linecache
 import math
 import re
 import threading
-import weakref
 
 import numpy as np
 
-from . import cache, entries, methods, numba_glue, profile, registry, rules
+from . import cache, entries, methods, numba_glue, probes, profile, registry, rules, targets
 from .ad import (adjoints, analysis, closures, codegen, dataflow, frontend, ir, kinds, partials,
-                 runtime, tangents)
-from .primitives import arrays
+                 runtime)
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
-                     TangentShapeError, UnsupportedSyntaxError)
-from .lattice import from_numba
+                     UnsupportedSyntaxError)
 from .structs import Tangent, isstruct
 
 _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like}
@@ -85,62 +79,6 @@ class Spec:
         _LIVE.discard(self)
 
 
-def target_for(f, argtypes):
-    """What to differentiate for a call of ``f`` at Numba ``argtypes``, and the decisions made.
-
-    The target is a ``rules.Rule`` when the rule rule picks an rrule, a scalar rule or a
-    non-differentiable declaration; else the Method (generic functions) or the Python function
-    whose source is differentiated.
-    """
-    sig = tuple(from_numba(a) for a in argtypes)
-    rule = rules.lookup(f, sig)
-    argtypes = tuple(argtypes)
-    decisions = [(f, sig, "rule", rule, argtypes)]
-    method = None
-    if isinstance(f, GenericFunction):
-        method = f.resolve(sig)
-        decisions.append((f, sig, "method", method, argtypes))
-    if rule is not None and rule.kind != "opt_out":
-        return rule, tuple(decisions)
-    if method is not None:
-        return method, tuple(decisions)
-    return _source_of(f), tuple(decisions)
-
-
-def _source_of(f):
-    if getattr(f, "_nr_gradient_of", None) is not None:
-        raise DifferentiationError(
-            f"cannot differentiate {f!r}: second derivatives (nr.grad of a gradient object, or "
-            f"a gradient object called inside a differentiated function) are not supported yet. "
-            f"Hint: write the derivative you need as a function of its own, or give it a rule "
-            f"with nr.rrule.")
-    if numba_glue.is_dispatcher(f):
-        return f.py_func
-    if inspect.isfunction(f) and not _is_library(f):
-        return f
-    name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', f)}".lstrip(".")
-    raise DifferentiationError(
-        f"cannot differentiate a call of {name}: it has no Python source numbarules "
-        f"differentiates and no rule. Give it a rule with nr.scalar_rule (or nr.rrule), or "
-        f"declare it nr.non_differentiable.")
-
-
-def _is_library(f):
-    """NumPy, SciPy and Numba functions: differentiated only through rules, never their source."""
-    return (getattr(f, "__module__", None) or "").split(".")[0] in ("numpy", "scipy", "numba")
-
-
-def check_arguments(f, argtypes, mask):
-    """Refuse, naming ``f`` and the argument, a differentiated argument that can have no
-    tangent (a list, a complex number): never a silent None in place of a gradient."""
-    for k, (t, m) in enumerate(zip(argtypes, mask)):
-        why = kinds.tangent_refusal(t) if m else None
-        if why is not None:
-            name = getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
-            raise DifferentiationError(f"cannot differentiate {name} with respect to argument "
-                                       f"{k}, {why}")
-
-
 def specialize(target, argtypes, mask, bounds=False):
     """The (cached) AD specialization of a Method or function at ``argtypes``. ``bounds``: its
     kernels (and its callees') check every index against the array's bounds (IndexError), as
@@ -183,7 +121,7 @@ def specialize(target, argtypes, mask, bounds=False):
 def _build(spec, argtypes, mask):
     with profile.phase(profile.NORMALISE):
         fn, refs = frontend.normalize(spec.func)
-        ns = _namespace(refs)
+        ns = targets.namespace(refs)
     with profile.phase(profile.TYPE_PRIMAL):
         types, rtype = _typed(spec, fn, ns, argtypes)
         if numba_glue.is_optional_type(rtype):
@@ -198,9 +136,9 @@ def _build(spec, argtypes, mask):
     def classify(call, arg_mask, stmt):
         return _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees)
 
-    with _probe_decisions() as probed:
-        _refuse_argument_writes(fn, types)
-        _refuse_writes_through_returned_views(spec, fn, types)
+    with probes.probe_decisions() as probed:
+        probes.refuse_argument_writes(fn, types)
+        probes.refuse_writes_through_returned_views(spec, fn, types)
         with profile.phase(profile.ANALYSE):
             spec.plan = analysis.plan(fn, types, mask, classify)
     with profile.phase(profile.GENERATE):
@@ -218,7 +156,7 @@ def _build(spec, argtypes, mask):
     k = spec.kernels
     ns.update(k.tangent_classes or {})
     spec.source = "\n".join((k.forward, k.pullback, k.vjp))
-    _exec(spec.source, ns, f"kernels:{spec.name}", origin=fn)
+    targets.exec_source(spec.source, ns, f"kernels:{spec.name}", origin=fn)
     spec.ns = ns
     label = spec.func.__qualname__
     # Declaring the tangents' type lets Numba type (mutually) recursive vjps without inferring
@@ -277,7 +215,7 @@ def _unlink_calls_outside_loops(spec, ns):
 def _typed(spec, fn, ns, argtypes):
     """Numba's types of the normalised primal of ``fn`` (every variable, and the result)."""
     spec.primal_source = ir.function_source(fn, f"primal_{spec.name}")
-    primal = _exec(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
+    primal = targets.exec_source(spec.primal_source, ns, f"primal:{spec.name}")[f"primal_{spec.name}"]
     numba_glue.pending_errors().clear()
     try:
         # the flags of the gradient's one kernel (api.Gradient._driver: python=False)
@@ -356,13 +294,13 @@ def _build_rule(spec, argtypes, mask):
     rule = spec.target
     if rule.kind == "rrule":
         conv = closures.convert(rule.impl, spec.name)
-        ns = _namespace(conv.refs)
+        ns = targets.namespace(conv.refs)
         fwd_src, bwd_src = conv.forward, conv.pullback
     else:
-        ns = _namespace({"_f": rule.function})
+        ns = targets.namespace({"_f": rule.function})
         fwd_src, bwd_src = _generated_rule(rule, spec.name, argtypes, ns)
     spec.primal_source = fwd_src
-    _exec(fwd_src + bwd_src, ns, f"rule:{spec.name}")
+    targets.exec_source(fwd_src + bwd_src, ns, f"rule:{spec.name}")
     with profile.phase(profile.CHECK_RULE):
         spec.return_type, spec.tangent_kinds, spec.residual_type = _check_rule_types(
             rule, spec.name, ns, argtypes)
@@ -376,7 +314,7 @@ def _build_rule(spec, argtypes, mask):
                f"    _d = bwd_{spec.name}(_res, _dout)\n"
                + "".join(f"    {line}\n" for line in checks) +
                f"    return (_y, {outs})\n")
-    _exec(vjp_src, ns, f"rule-vjp:{spec.name}")
+    targets.exec_source(vjp_src, ns, f"rule-vjp:{spec.name}")
     spec.kernels = codegen.Kernels(fwd_src, bwd_src, vjp_src, (), (), False)
     spec.source = fwd_src + bwd_src + vjp_src
     spec.node = cache.engine_node(f"rule {spec.name}", (), (), spec.drop)
@@ -523,7 +461,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
                      for a in call.args)
     try:
-        target, made = target_for(f, argtypes)
+        target, made = targets.target_for(f, argtypes)
     except (DispatchError, RuleError) as exc:
         raise _at(spec, stmt, exc) from None
     except DifferentiationError as exc:
@@ -600,389 +538,6 @@ def _bind(ns, callee):
 def _at(spec, stmt, exc):
     exc.args = (f"{exc.args[0]}\n  called at {spec.fn.file}:{stmt.line} in {spec.func.__qualname__}",)
     return exc
-
-
-def _refuse_argument_writes(fn, types):
-    """A function that writes into an argument array cannot be replayed (checkpointing runs a
-    callee's forward again) nor have its input restored for the caller: refuse it. Writes
-    through a call count (a helper that fills its argument), and writes into an array taken
-    out of a local tuple or struct (it is the array the aggregate was built from)."""
-    for kind, name, line, via in _array_writes(fn, types):
-        if kind == "argument":
-            through = f" (through the call of {via}, which writes into its argument)" if via else ""
-            raise UnsupportedSyntaxError(
-                f"writing into the argument array '{name}'{through}\n"
-                f'  File "{fn.file}", line {line}, in {fn.name}\n'
-                f"Hint: differentiated functions leave their arguments unchanged; work on a "
-                f"copy ({name} = {name}.copy()).")
-        if kind == "attribute":
-            raise UnsupportedSyntaxError(
-                f"writing through '{name}'\n"
-                f'  File "{fn.file}", line {line}, in {fn.name}\n'
-                f"Hint: index the array itself ({name.split('.')[0]}[i] = ...).")
-        if kind == "part":
-            # the tuple or struct shares the array with the names it was built from: the
-            # write would change them behind the analysis (a silently wrong gradient)
-            what = f"the tuple or struct '{name}'"
-            made = next((x for x in ir.walk(fn.body) if isinstance(x, ir.Assign)
-                         and x.target == name), None)
-            if name.startswith("_") and made is not None and isinstance(made.expr, ir.Call):
-                what = f"the tuple or struct {made.expr.fname}(...) returned"   # a, b = f(u)
-            raise UnsupportedSyntaxError(
-                f"writing into an array taken out of {what} (bound on "
-                f"line {_bound_line(fn, name)})\n"
-                f'  File "{fn.file}", line {line}, in {fn.name}\n'
-                f"Hint: write into the array before building the tuple or struct, or into a "
-                f"copy of the part (a = {name}[0].copy(), a = {name}.field.copy()).")
-        # a helper writing into a local array: whether or not its result is differentiated,
-        # the write changes an array the analysis follows (a silently wrong gradient)
-        held = "" if kinds.is_array(types.get(name)) else " (an array it holds)"
-        raise UnsupportedSyntaxError(
-            f"the call of {via} writes into its array argument {_user_expr(fn, name)}{held}\n"
-            f'  File "{fn.file}", line {line}, in {fn.name}\n'
-            f"Hint: have {via} return a new array (r = {via}(...)) instead of filling one, or "
-            f"write the elements in this function.")
-
-
-def _array_writes(fn, types):
-    """Writes into arrays the analysis of ``fn`` alone cannot follow: (kind, name, line, via)
-    with kind "argument" (an argument array, ``via`` the helper that writes it or None),
-    "part" (an array taken out of the local tuple or struct ``name``) or "call" (the local
-    array ``name`` that the helper ``via`` writes into)."""
-    params = set(fn.params)
-    # Every array a name may be bound to (a name may be bound several times: `a, b = b, a`).
-    bound = {}
-    parts = {}            # name bound to an array taken out of a tuple or struct -> that one
-    attrs = {}            # name bound to u.flat, u.real, u.imag -> that expression
-    writes = []           # (array name, line, the helper writing it or None)
-    for s in ir.walk(fn.body):
-        if isinstance(s, ir.Store):
-            writes.append((s.array, s.line, None))
-        if not isinstance(s, ir.Assign):
-            continue
-        if isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
-            bound.setdefault(s.target, set()).add(s.expr.a.id)
-        elif dataflow.view_base(s.expr, types) is not None:
-            # a slice writes its base
-            bound.setdefault(s.target, set()).add(dataflow.view_base(s.expr, types))
-        elif kinds.is_array(types.get(s.target)) and dataflow.part_of(s.expr, types):
-            # `a = t[0]`, `a = p.w`: the array that went into the aggregate (an argument's
-            # own, or one a local tuple or struct was built from)
-            bound.setdefault(s.target, set()).add(dataflow.part_of(s.expr, types))
-            parts[s.target] = dataflow.part_of(s.expr, types)
-        elif isinstance(s.expr, ir.Attr) and s.expr.attr in ("flat", "real", "imag") \
-                and isinstance(s.expr.a, ir.Name) and kinds.is_array(types.get(s.expr.a.id)):
-            # u.flat[i] = v, r = u.real; r[i] = v: writes into u through objects the analysis
-            # does not follow as views
-            bound.setdefault(s.target, set()).add(s.expr.a.id)
-            attrs[s.target] = f"{s.expr.a.id}.{s.expr.attr}"
-        elif isinstance(s.expr, ir.Call):
-            for k in _written_positions(s.expr, types):
-                a = s.expr.args[k]
-                if isinstance(a, ir.Name):
-                    writes.append((a.id, s.line, getattr(s.expr.func, "__name__", s.expr.fname)))
-            if kinds.is_array(types.get(s.target)):
-                # r = pick(v) with pick returning a view of v: a write through r writes v
-                for k in _returned_views(s.expr, types):
-                    a = s.expr.args[k]
-                    if isinstance(a, ir.Name):
-                        bound.setdefault(s.target, set()).add(a.id)
-
-    def behind(name, stop):
-        seen, stack = set(), [name]
-        while stack:                 # a graph walk: bindings may form cycles (swaps)
-            v = stack.pop()
-            if v in stop:
-                return v
-            if v not in seen:
-                seen.add(v)
-                stack.extend(bound.get(v, ()))
-        return None
-
-    out = []
-    for name, line, via in writes:
-        root = behind(name, params)
-        if root is not None:
-            out.append(("argument", root, line, via))
-        elif behind(name, attrs) is not None:
-            out.append(("attribute", attrs[behind(name, attrs)], line, via))
-        elif behind(name, parts) is not None:
-            out.append(("part", parts[behind(name, parts)], line, via))
-        elif via is not None:
-            out.append(("call", name, line, via))
-    return out
-
-
-def _written_positions(call, types):
-    """Positions of the array arguments ``call`` may write into, found from the callee's own
-    source (a plain helper, an njit function, a method); () for rules and library functions
-    (the writes of those, a ufunc's output argument, the frontend refuses)."""
-    return _probe_callee(call, types, _WRITTEN, _arguments_written_by)
-
-
-def _probe_callee(call, types, table, probe):
-    """``probe(func, argtypes)`` of the function ``call`` dispatches to, memoized in ``table``;
-    () for calls without array arguments, rules and calls that do not dispatch."""
-    argtypes = tuple(types.get(a.id) if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
-                     for a in call.args)
-    # an array inside a tuple or struct argument is written as well as one passed alone
-    if not any(_holds_any_array(t) for t in argtypes) or None in argtypes:
-        return ()
-    try:
-        target, made = target_for(call.func, argtypes)
-    except Exception:       # noqa: BLE001 - dispatch errors are reported where the call is made
-        return ()
-    _note_probe_decisions(made)
-    if isinstance(target, rules.Rule):
-        return ()
-    func = target.func if isinstance(target, Method) else target
-    known = table.setdefault(func, {})
-    stack = _PROBES.__dict__.setdefault("running", [])
-    key = (id(table), func, argtypes)
-    for k, entry in enumerate(stack):
-        if entry["key"] == key:
-            # A recursive call while this one is worked out: answer with what is known so far,
-            # and mark the probes in between as depending on that partial answer.
-            entry["cyclic"] = True
-            for later in stack[k + 1:]:
-                later["partial_input"] = True
-            return entry["answer"]
-    found = known.get(argtypes)
-    if found is not None and cache.decisions_hold(found[1]):
-        _note_probe_decisions(found[1])
-        return found[0]
-    entry = {"key": key, "answer": (), "cyclic": False, "partial_input": False}
-    stack.append(entry)
-    try:
-        while True:
-            # In a cycle of calls, iterate until the answer no longer grows (a fixpoint: the
-            # answers only grow, and are subsets of the argument positions).
-            entry["cyclic"] = False
-            with _probe_decisions() as inner:
-                positions = probe(func, argtypes)
-            if not entry["cyclic"] or positions == entry["answer"]:
-                break
-            entry["answer"] = positions
-    finally:
-        stack.pop()
-    if entry["partial_input"]:
-        # worked out from the partial answer of a probe further out: not stored, asked again
-        # once that one is known
-        known.pop(argtypes, None)
-    else:
-        known[argtypes] = (positions, tuple(inner))
-    _note_probe_decisions(inner)
-    return positions
-
-
-def _holds_any_array(t):
-    return kinds.is_array(t) or kinds.is_aggregate(t) and any(_holds_any_array(e) for e in t)
-
-
-# What a probe found depends on the methods and rules its callee's calls dispatched to: a method
-# added later (one that writes into its argument) changes the answer. The dispatch decisions a
-# probe made, its nested probes' included, are kept with its memo entry (checked on each use)
-# and handed to every specialization being built (its node's backedges: kernels._build).
-_PROBES = threading.local()    # .stack: lists collecting probe decisions, innermost last
-
-
-@contextlib.contextmanager
-def _probe_decisions():
-    stack = _PROBES.__dict__.setdefault("stack", [])
-    found = []
-    stack.append(found)
-    try:
-        yield found
-    finally:
-        stack.pop()
-
-
-def _note_probe_decisions(decisions):
-    for found in getattr(_PROBES, "stack", ()):
-        found.extend(decisions)
-
-
-def _callee_types(func, argtypes):
-    """``(fn, types)``: the normalised IR of a callee and Numba's types of its variables, or
-    None for a callee that cannot be read (it is refused when differentiated)."""
-    try:
-        fn, refs = frontend.normalize(func)
-        primal = _exec(ir.function_source(fn, "callee_probe"), _namespace(refs),
-                       "callee-probe")["callee_probe"]
-        types, _ = numba_glue.infer_types(primal, argtypes)
-    except Exception:       # noqa: BLE001
-        return None
-    types.update(dict(zip(fn.params, argtypes)))
-    return fn, types
-
-
-_WRITTEN = weakref.WeakKeyDictionary()  # function -> {argument types: (positions, decisions)}
-
-
-def _arguments_written_by(func, argtypes):
-    found = _callee_types(func, argtypes)
-    if found is None:
-        return ()
-    fn, types = found
-    written = {name for kind, name, _, _ in _array_writes(fn, types) if kind == "argument"}
-    return tuple(k for k, p in enumerate(fn.params) if p in written)
-
-
-def _user_expr(fn, name):
-    """``name`` quoted as the user wrote it: a temporary the normalisation made for an argument
-    (``h((a, 0.5))`` binds ``_t2 = (a, 0.5)``) is shown as its expression."""
-    if name.startswith("_"):
-        made = next((x for x in ir.walk(fn.body) if isinstance(x, ir.Assign)
-                     and x.target == name), None)
-        if made is not None:
-            return f"'{ir.expr_src(made.expr)}'"
-    return f"'{name}'"
-
-
-def _bound_line(fn, name):
-    return next((s.line for s in ir.walk(fn.body) if isinstance(s, ir.Assign)
-                 and s.target == name), fn.firstline)
-
-
-def _refuse_writes_through_returned_views(spec, fn, types):
-    """A callee may return a view of an argument array (``def first_row(B): return B[0]``). A
-    derived call's adjoint is exact for reading it; a later write through the view (or into the
-    array it views) changes the other behind the analysis' back, so it is refused."""
-    order = {id(s): k for k, s in enumerate(ir.walk(fn.body))}
-    loops = [s for s in ir.walk(fn.body) if isinstance(s, (ir.For, ir.While))]
-    in_loop = {id(x): {id(lp) for lp in loops if any(x is y for y in ir.walk(
-        lp.body + (lp.cond if isinstance(lp, ir.While) else ())))} for x in ir.walk(fn.body)}
-    stores = [s for s in ir.walk(fn.body) if isinstance(s, ir.Store)]
-    for s in ir.walk(fn.body):
-        if not (isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and stores
-                and kinds.is_array(types.get(s.target))):
-            continue
-        positions = _returned_views(s.expr, types)
-        if not positions:
-            continue
-        names = {s.target} | {s.expr.args[k].id for k in positions}
-        edges = _alias_edges(fn, types)
-        group = _alias_closure(fn, types, names, edges)
-        view = _derived_from(edges, s.target)           # the returned view and views of it
-        for w in stores:
-            if w.array not in group or not (order[id(w)] > order[id(s)]
-                                            or in_loop[id(w)] & in_loop[id(s)]):
-                continue
-            # Writing into the argument is harmless when the view is never read again (a
-            # temporary consumed before the write: np.stack's new axes); a write through the
-            # view itself changes the argument behind the analysis' back.
-            later = [r for r in ir.walk(fn.body)
-                     if order[id(r)] > order[id(w)] or in_loop[id(r)] & in_loop[id(w)]]
-            if w.array in view or any(set(dataflow.stmt_reads(r)) & view for r in later):
-                raise UnsupportedSyntaxError(
-                    f"writing into '{w.array}', which shares memory with the array "
-                    f"{getattr(s.expr.func, '__name__', s.expr.fname)} returned on line {s.line} "
-                    f"(a view of its argument)\n{dataflow.where(fn, w.line)}\n"
-                    f"Hint: copy the returned view (r = f(x).copy()) before writing into it, "
-                    f"or write through the original array before the call.")
-
-
-def _returned_views(call, types):
-    """Positions of the array arguments whose memory ``call`` may return (a view or the array
-    itself), found from the callee's own source; () for rules and library functions."""
-    if call.func in _VIEW_RESULTS or call.func is np.diag and getattr(
-            types.get(getattr(call.args[0], "id", None)) if call.args else None, "ndim", 0) == 2:
-        # before dispatch: np.asarray has no rule, and on a value that is not differentiated
-        # needs none, yet writing into its result writes into the argument. (np.diag of a
-        # matrix is a view in NumPy and a copy in Numba: refusing the write keeps the two equal.)
-        if any(kinds.is_array(types.get(getattr(a, "id", None))) for a in call.args):
-            return (0,)
-        return ()
-    return _probe_callee(call, types, _VIEW_RETURNS, _views_returned_by)
-
-
-_VIEW_RETURNS = weakref.WeakKeyDictionary()  # function -> {argtypes: (positions, decisions)}
-
-#: Library functions whose result may share memory with their first argument (in Numba as in
-#: NumPy): a write into it changes the argument too.
-_VIEW_RESULTS = {np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.flipud,
-                 np.fliplr, np.asarray, np.ascontiguousarray, np.asfortranarray, np.squeeze,
-                 np.swapaxes, np.moveaxis, np.broadcast_to, np.diagonal, np.flip, np.rot90,
-                 arrays.new_axis}
-
-
-def _views_returned_by(func, argtypes):
-    found = _callee_types(func, argtypes)
-    if found is None:
-        return ()
-    fn, types = found
-    ret = [s.value for s in ir.walk(fn.body) if isinstance(s, ir.Return)]
-    if not ret or not isinstance(ret[0], ir.Name):
-        return ()
-    group = _alias_closure(fn, types, {ret[0].id})
-    return tuple(k for k, p in enumerate(fn.params) if p in group)
-
-
-def _derived_from(edges, name):
-    """``name`` and every array variable bound to it or to a view of it, transitively
-    (``edges`` from ``_alias_edges``)."""
-    found, grown = {name}, True
-    while grown:
-        grown = False
-        for a, b in edges:
-            if b in found and a not in found:
-                found.add(a)
-                grown = True
-    return found
-
-
-def _alias_closure(fn, types, names, edges=None):
-    """``names`` and every array variable sharing memory with one of them: copies (``b = a``),
-    views, and arrays returned by calls that return a view of an argument."""
-    edges = _alias_edges(fn, types) if edges is None else edges
-    group, grown = set(names), True
-    while grown:
-        grown = False
-        for a, b in edges:
-            if (a in group) != (b in group):
-                group |= {a, b}
-                grown = True
-    return group
-
-
-def _alias_edges(fn, types):
-    """(a, b) for each array variable ``a`` bound to ``b`` or to memory of ``b``."""
-    edges = []
-    for s in ir.walk(fn.body):
-        if not isinstance(s, ir.Assign) or not kinds.is_array(types.get(s.target)):
-            continue
-        if isinstance(s.expr, ir.Atom) and isinstance(s.expr.a, ir.Name):
-            edges.append((s.target, s.expr.a.id))
-        elif dataflow.view_base(s.expr, types) is not None:
-            edges.append((s.target, dataflow.view_base(s.expr, types)))
-        elif isinstance(s.expr, ir.Call):
-            edges += [(s.target, s.expr.args[k].id) for k in _returned_views(s.expr, types)]
-    return edges
-
-
-def _namespace(refs):
-    ns = {}
-    for k, v in refs.items():
-        ns[k] = methods.helper(v) if methods.is_plain(v) else arrays.for_numba(v)
-    ns.update(runtime.HELPERS)
-    ns.update(tangents.HELPERS)
-    ns["_np"] = arrays.NUMPY
-    ns["_math"] = math
-    ns["_RuleError"] = TangentShapeError
-    ns["__name__"] = cache.GENERATED
-    return ns
-
-
-def _exec(source, ns, tag, origin=None):
-    """Run generated ``source`` (as file ``<numbarules tag>``); with ``origin`` (a normalised
-    function), errors its compiled code raises at run time name the user's lines
-    (``numba_glue.located``)."""
-    filename = f"<numbarules {tag}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    if origin is not None:
-        numba_glue.located.register_lines(filename, origin.file, origin.name, source)
-    exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated source
-    return ns
 
 
 def check_differentiable_output(spec):

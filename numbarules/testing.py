@@ -57,7 +57,7 @@ import sys
 import numba
 import numpy as np
 
-from . import kernels, rules
+from . import kernels, rules, targets
 from .ad import kinds
 from .lattice import fmt_sig, typeof
 from .structs import Tangent, isstruct
@@ -476,7 +476,7 @@ def check_rrule(f, *args, rtol=1e-5, atol=1e-7, eps=None):
     if rule is None:
         raise AssertionError(f"check_rrule({name}): no rule applies to {name}{sig}")
     argtypes = tuple(numba.typeof(a) for a in args)
-    target, _ = kernels.target_for(f, argtypes)
+    target, _ = targets.target_for(f, argtypes)
     if target is not rule:
         raise AssertionError(f"check_rrule({name}): the AD engine would not run {rule!r} for "
                              f"{name}{sig}; it uses {target!r}")

@@ -16,7 +16,7 @@ import linecache
 
 import numpy as np
 
-from .. import api, kernels, numba_glue, rules
+from .. import api, kernels, numba_glue, rules, targets
 from ..ad import codegen, device, kinds
 from ..errors import UnsupportedSyntaxError
 from . import glue, methods
@@ -155,7 +155,7 @@ def prepare_gradient(g, argtypes):
     nums = api._argnums(g.argnums, len(argtypes))
     mask = tuple(i in nums for i in range(len(argtypes)))
     with glue.cpu_compiles():
-        target, _ = kernels.target_for(g.f, argtypes)
+        target, _ = targets.target_for(g.f, argtypes)
         spec = kernels.specialize(target, argtypes, mask)
     kernels.check_differentiable_output(spec)
     return spec, nums

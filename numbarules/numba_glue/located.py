@@ -9,7 +9,7 @@ Our compiles (``_RecordingCompiler``) lower with ``LocatingLower`` and a ``Locat
 on their own copy of the target context (Numba makes one per compile, ``_make_subtarget``): an
 exception raised while lowering a statement, through that statement's builder, gets the
 statement's location. For generated kernels the location is the user's line the statement came
-from: ``kernels._exec`` registers, per generated file, the line each ``# line N`` comment
+from: ``targets.exec_source`` registers, per generated file, the line each ``# line N`` comment
 explains (``register_lines``). Plain ``@numba.njit`` code is compiled as before, and
 subroutines Numba compiles and caches for everyone (``compile_subroutine``) are lowered with
 their own builder, so they never carry a line of ours.
