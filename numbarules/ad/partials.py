@@ -21,7 +21,7 @@ import math
 import textwrap
 import weakref
 
-from . import frontend
+from .source import same_code
 
 #: math functions compiled code evaluates without raising (a domain error gives nan or inf)
 _MATH_FUNCTIONS = frozenset({
@@ -57,7 +57,7 @@ def _form(func):
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
         return None
     fn = tree.body[0]
-    if not frontend.same_code(fn, func):      # the file changed after it was loaded
+    if not same_code(fn, func):      # the file changed after it was loaded
         return None
     args = fn.args
     if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
