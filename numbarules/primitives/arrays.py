@@ -13,7 +13,7 @@ Numba's own implementation of NumPy's function.
 
 ``np.concatenate`` and ``np.stack`` take a tuple of arrays, which has no tangent type in the
 engine; the frontend rewrites them into nested calls of the two-array functions below, whose
-rules are in ``numpy.py``.
+rules are in ``numpy_shapes.py``.
 """
 
 import types as pytypes
