@@ -9,7 +9,7 @@ from numba.core import compiler
 from numba.core.codegen import RuntimeLinker
 from numba.core.registry import cpu_target
 
-from . import _live, _register
+from .callables import _live, _register
 
 
 def _randomise_unique_ids():
