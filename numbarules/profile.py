@@ -110,8 +110,8 @@ def report(stats, top=25):
     lines.append("by phase:")
     for phase, s in stats.by_phase.items():
         lines.append(f"  {phase:40s} {s:7.3f} s  {100 * s / max(stats.seconds, 1e-9):5.1f}%")
-    lines.append(f"slowest compiles (self time; machine code: functions generated, libraries "
-                 f"linked in):")
+    lines.append("slowest compiles (self time; machine code: functions generated, libraries "
+                 "linked in):")
     for r in sorted(stats.kernels, key=lambda r: -r.seconds)[:top]:
         main = ", ".join(f"{p.split(': ')[-1]} {s:.2f}" for p, s in r.phases.most_common(2))
         lines.append(f"  {r.seconds:7.3f} s  {r.label} {r.signature}  [{main}; "

@@ -11,7 +11,7 @@ from ..errors import UnsupportedSyntaxError
 from ..structs import Tangent
 from . import ir
 from .kinds import holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct
-from .dataflow import view_base
+from .dataflow import part_of, stmt_reads, view_base
 from .dataflow import where as where_in
 
 
@@ -206,3 +206,58 @@ class AdjointVariables:
             else:
                 tangents.append(self.zero(t))
         return tangents
+
+
+def forwardable(fn, types, plan):
+    """Scalar adjoints that can be assigned rather than accumulated.
+
+    A float variable with one assignment and one reading statement, both in the same block,
+    receives exactly one contribution per definition: the reader's. Its adjoint is then
+    assigned by the reader (``_d9 = _g * a``), and its definition needs no reset. This removes
+    the ``0.0 + g`` additions LLVM may not fold (signed zeros) from nearly every temporary.
+    Returns (names, {id(reader): names}).
+    """
+    block, readers, sites = {}, {}, {}
+
+    def visit(stmts, k):
+        for s in stmts:
+            block[id(s)] = k
+            for name in stmt_reads(s):
+                readers.setdefault(name, []).append(s)
+            if isinstance(s, ir.Assign):
+                sites.setdefault(s.target, []).append(s)
+            if isinstance(s, ir.If):
+                visit(s.body, id(s.body))
+                visit(s.orelse, id(s.orelse))
+            elif isinstance(s, ir.For):
+                sites.setdefault(s.var, []).append(s)
+                visit(s.body, id(s.body))
+            elif isinstance(s, ir.While):
+                visit(s.cond, id(s.cond))
+                visit(s.body, id(s.body))
+
+    visit(fn.body, id(fn.body))
+    aliased = set(plan.alias_of) | set(plan.alias_of.values())
+    names, by_reader = set(), {}
+    for v, rs in readers.items():
+        t = types.get(v)
+        # Arrays too (a temporary array's adjoint assigned, not zeros plus an add), unless it
+        # shares its adjoint with an alias.
+        if v not in plan.active or v in fn.params or not (
+                is_float(t) or is_float_array(t) and v not in aliased):
+            continue
+        unique = {id(r): r for r in rs}
+        if len(unique) != 1 or len(sites.get(v, ())) != 1:
+            continue
+        reader = next(iter(unique.values()))
+        if block[id(reader)] != block[id(sites[v][0])] or not isinstance(reader, (ir.Assign, ir.Store)):
+            continue
+        if is_float_array(t) and not (isinstance(reader, ir.Assign)
+                                      and not isinstance(reader.expr, ir.Index)
+                                      and getattr(plan.calls.get(id(reader.expr)), "kind", None) != "struct"
+                                      and not isinstance(reader.expr, ir.MakeTuple)
+                                      and part_of(sites[v][0].expr, types) is None):
+            continue      # element-wise contributions (d[i] += g) accumulate; field aliases too
+        names.add(v)
+        by_reader.setdefault(id(reader), set()).add(v)
+    return names, by_reader

@@ -22,18 +22,17 @@ from dataclasses import dataclass
 from numba import types as nbt
 
 from . import ir, simplify
-from .adjoint_vars import AdjointVariables
+from .adjoint_vars import AdjointVariables, forwardable
 from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
 from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
 from .tape import Saves
-from .dataflow import branch_key, part_of, stmt_reads
-from .kinds import holds_arrays, is_float, is_float_array
+from .dataflow import branch_key, part_of
+from .kinds import holds_arrays, is_float_array
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
-
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         self.tapes = set()
         self.whole_body, self.whole_tangents, self.whole_value = [], (), "_y"
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
-        self.forwarded, self.forwarded_by = _forwardable(fn, types, plan)
+        self.forwarded, self.forwarded_by = forwardable(fn, types, plan)
         self.fusing = False
         self.plain = False          # the steps a checkpointed loop advances: no saves at all
         self.seed_as = None         # the adjoint a statement's reverse starts from, when not
@@ -339,7 +338,6 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
 
     def pullback(self):
         fn, plan = self.fn, self.plan
-        d = self.names.d
         body = _Out()
         body.indent = 1
         ret = next(s for s in ir.walk(fn.body) if isinstance(s, ir.Return)).value
@@ -637,60 +635,3 @@ def generate_device(fn, types, plan, name, mask, capacity):
 def _names(expr):
     return {a.id for a in expr.atoms() if isinstance(a, ir.Name)}
 
-
-def _forwardable(fn, types, plan):
-    """Scalar adjoints that can be assigned rather than accumulated.
-
-    A float variable with one assignment and one reading statement, both in the same block,
-    receives exactly one contribution per definition: the reader's. Its adjoint is then
-    assigned by the reader (``_d9 = _g * a``), and its definition needs no reset. This removes
-    the ``0.0 + g`` additions LLVM may not fold (signed zeros) from nearly every temporary.
-    Returns (names, {id(reader): names}).
-    """
-    block, readers, sites = {}, {}, {}
-
-    def visit(stmts, k):
-        for s in stmts:
-            block[id(s)] = k
-            for name in stmt_reads(s):
-                readers.setdefault(name, []).append(s)
-            if isinstance(s, ir.Assign):
-                sites.setdefault(s.target, []).append(s)
-            if isinstance(s, ir.If):
-                visit(s.body, id(s.body))
-                visit(s.orelse, id(s.orelse))
-            elif isinstance(s, ir.For):
-                sites.setdefault(s.var, []).append(s)
-                visit(s.body, id(s.body))
-            elif isinstance(s, ir.While):
-                visit(s.cond, id(s.cond))
-                visit(s.body, id(s.body))
-
-    visit(fn.body, id(fn.body))
-    aliased = set(plan.alias_of) | set(plan.alias_of.values())
-    names, by_reader = set(), {}
-    for v, rs in readers.items():
-        t = types.get(v)
-        # Arrays too (a temporary array's adjoint assigned, not zeros plus an add), unless it
-        # shares its adjoint with an alias.
-        if v not in plan.active or v in fn.params or not (
-                is_float(t) or is_float_array(t) and v not in aliased):
-            continue
-        unique = {id(r): r for r in rs}
-        if len(unique) != 1 or len(sites.get(v, ())) != 1:
-            continue
-        reader = next(iter(unique.values()))
-        if block[id(reader)] != block[id(sites[v][0])] or not isinstance(reader, (ir.Assign, ir.Store)):
-            continue
-        if is_float_array(t) and not (isinstance(reader, ir.Assign)
-                                      and not isinstance(reader.expr, ir.Index)
-                                      and not plan.calls.get(id(reader.expr), _NO_PLAN).kind == "struct"
-                                      and not isinstance(reader.expr, ir.MakeTuple)
-                                      and part_of(sites[v][0].expr, types) is None):
-            continue      # element-wise contributions (d[i] += g) accumulate; field aliases too
-        names.add(v)
-        by_reader.setdefault(id(reader), set()).add(v)
-    return names, by_reader
-
-
-_NO_PLAN = CallPlan("none")

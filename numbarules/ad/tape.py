@@ -164,7 +164,7 @@ class Saves:
     def pop_reference(self, out, s):
         """Take back the array ``s`` dropped, and its adjoint (see array_names._rebound): the
         adjoint of a name of its class holding the same array, else a fresh zero one."""
-        v, d = s.target, self.names.d
+        v = s.target
         self.changes_residuals = True
         out.add(f"{v} = _lr_{v}.pop()")
         out.read(f"_lr_{v}")
