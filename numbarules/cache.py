@@ -75,7 +75,7 @@ class Node:
 
 
 #: The module name of generated code (see numbarules/_generated.py).
-GENERATED = "numbarules._generated"
+GENERATED = numba_glue.GENERATED
 
 # Who holds what (numbarules.registry): a dispatcher holds its nodes; a function holds the
 # decisions recorded about calls of it, each held weakly by the node that relied on it; a method

@@ -31,9 +31,10 @@ class Adjoints:
         # A parameter is written once before the body runs: a write in the body is its second.
         writes = len(self.sites.get(s.target, ())) + (s.target in self.fn.params)
         if writes > 1 or id(s) in self.plan.in_loop:
-            out.add(f"_g = {d}")
+            g = self.names.fresh("_g")
+            out.add(f"{g} = {d}")
             out.add(f"{d} = {self.reset_zero(self.types[s.target])}")
-            return "_g"
+            return g
         return d
 
     def adjoint(self, s, out):
@@ -157,11 +158,12 @@ class Adjoints:
             extra = [s.target] if cp.with_result else []
             if cp.with_result:
                 out.read(s.target)
-            if cp.inline is None:
-                out.add(f"_p = {cp.name}({', '.join(args + extra)})")
+            pv = self.names.fresh("_p") if cp.inline is None else None
+            if pv is not None:
+                out.add(f"{pv} = {cp.name}({', '.join(args + extra)})")
             for k, a in enumerate(e.args):
                 if act(a):
-                    p = (f"_p[{k}]" if cp.inline is None else
+                    p = (f"{pv}[{k}]" if cp.inline is None else
                          partials.factor(cp.inline, k, args + extra))
                     if len(e.args) == 1:   # element-wise of one argument: same shape
                         out.add(f"{d(a.id)} += {g} * {p}")
@@ -172,38 +174,39 @@ class Adjoints:
         if cp.kind == "derived":
             # Checkpointing: re-run the callee's forward from its saved inputs, then its pullback
             # (calling the two directly, not the fused vjp, keeps recursive pullbacks typeable).
+            r = self.names.fresh("_r")
             if self.device is not None:
                 # Device code: the callee's one-function vjp (its tapes live in its own frame);
                 # its results are shifted by one (the value first) and it reports its tape need.
-                out.add(f"_r = vjp_{cp.name}({', '.join(args)}, {g})")
-                out.add(f"_need = max(_need, _r[{len(e.args) + 1}])")
-                out.add(f"_r = _r[1:{len(e.args) + 1}]")
+                out.add(f"{r} = vjp_{cp.name}({', '.join(args)}, {g})")
+                out.add(f"_need = max(_need, {r}[{len(e.args) + 1}])")
+                out.add(f"{r} = {r}[1:{len(e.args) + 1}]")
             elif id(e) in self.kept:
                 self.changes_residuals |= cp.changes_residuals   # its pullback restores them
                 out.read(self.kept[id(e)])
-                out.add(f"_r = bwd_{cp.name}({self.kept[id(e)]}, {g})")
+                out.add(f"{r} = bwd_{cp.name}({self.kept[id(e)]}, {g})")
             elif self.rule_site(e):
                 site = self.rule_site(e)
                 if not self.fusing:
                     self.changes_residuals = True
                     out.add(f"{site} = _l{site}.pop()")
                     out.read(f"_l{site}")
-                out.add(f"_r = bwd_{cp.name}({site}, {g})")
+                out.add(f"{r} = bwd_{cp.name}({site}, {g})")
             else:
-                out.add(f"_r = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
+                out.add(f"{r} = bwd_{cp.name}(fwd_{cp.name}({', '.join(args)})[1], {g})")
             for k, a in enumerate(e.args):
                 if act(a) and cp.mask[k]:
                     ta = self.types.get(a.id)
                     if cp.checked:
                         # A rule's tangent of the wrong shape could broadcast silently.
-                        for line in shape_checks(f"_r[{k}]", src(a), ta, cp.tangents[k],
+                        for line in shape_checks(f"{r}[{k}]", src(a), ta, cp.tangents[k],
                                                  cp.checked, f"tangent {k}"):
                             out.add(line)
                     if is_aggregate(ta):
                         # arrays added in place, floats into a new tangent
-                        out.add(f"{d(a.id)} = _tadd({d(a.id)}, _r[{k}])")
+                        out.add(f"{d(a.id)} = _tadd({d(a.id)}, {r}[{k}])")
                     else:
-                        out.add(f"{d(a.id)} += _r[{k}]")
+                        out.add(f"{d(a.id)} += {r}[{k}]")
             return
         raise AssertionError(cp.kind)
 

@@ -427,13 +427,14 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         if isinstance(s, ir.Assign) and views:
             # (see block_rev) the adjoint of the new array first, then the old one restored
             # and its views taken again, then the statement's adjoint
+            gr = self.names.fresh("_gr")
             if s.target in plan.active:
-                out.add(f"_gr = {d(s.target)}")
+                out.add(f"{gr} = {d(s.target)}")
             self.pop_reference(out, s)
             for x in views:
                 self.take_view_again(x, out)
             if s.target in plan.active:
-                self.seed_as = "_gr"
+                self.seed_as = gr
                 try:
                     self.adjoint(s, out)
                 finally:

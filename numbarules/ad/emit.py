@@ -13,6 +13,19 @@ class _Names:
     def __init__(self, taken):
         self.taken = set(taken)
         self.adj = {}
+        self.counts = {}
+
+    def fresh(self, prefix):
+        """A name of its own for a temporary of one statement's adjoint (``_r1``: a callee's
+        tangents, ``_p1``: partials, ``_g1``: a saved adjoint). Each name then holds one type
+        wherever it is bound, which is what lets a kernel type without Numba's SSA
+        reconstruction (numba_glue.ssa_optional)."""
+        while True:
+            self.counts[prefix] = self.counts.get(prefix, 0) + 1
+            name = f"{prefix}{self.counts[prefix]}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
 
     def primal_of(self, adjoint):
         return next(v for v, a in self.adj.items() if a == adjoint)

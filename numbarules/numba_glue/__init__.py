@@ -34,7 +34,7 @@ from numba.core.targetconfig import ConfigStack
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.dispatcher import Dispatcher as dispatcher_base, OmittedArg
-from numba.core import typed_passes
+from numba.core import typed_passes, untyped_passes
 from numba.core.typed_passes import NopythonTypeInference
 from numba import typeof as numba_typeof
 
@@ -105,8 +105,25 @@ class _RecordingCompiler(compiler.CompilerBase):
         pm = compiler.DefaultPassBuilder.define_nopython_pipeline(self.state)
         pm.add_pass_after(RecordCalls, NopythonTypeInference)
         located.locate_errors(self.state, pm)      # run-time errors at the user's line
+        if _skips_ssa(self.state.func_id.func):
+            pm.passes = [(p, what) for p, what in pm.passes
+                         if p is not untyped_passes.ReconstructSSA]
         pm.finalize()
         return [pm]
+
+
+#: The module name of generated code (see numbarules/_generated.py).
+GENERATED = "numbarules._generated"
+
+
+def _skips_ssa(func):
+    """Whether ``func``'s compile leaves out Numba's SSA reconstruction: generated kernels and
+    drivers, whose primal was typed without it (``infer_types``: one type per name) and whose
+    temporaries are named per site (``ad/emit._Names.fresh``). 20-25% of a small first
+    gradient's compile (docs/numba-internals.md); one that fails without it is compiled again
+    with it (``Dispatcher.compile``). The user's own code always gets it."""
+    return (getattr(func, "__globals__", {}).get("__name__") == GENERATED
+            and not getattr(func, "_nr_needs_ssa", False))
 
 
 def _canonical_stack_top(flags=None):
@@ -148,7 +165,18 @@ class Dispatcher(CPUDispatcher):
         refresh = getattr(self.py_func, "_nr_refresh", None)
         if refresh is not None:
             refresh()
-        return super().compile(sig)
+        try:
+            return super().compile(sig)
+        except Exception:       # noqa: BLE001 - Numba's lowering asserts as well as raising its own
+            if not _skips_ssa(self.py_func):
+                raise
+            # Typed without SSA versions, a name bound to arrays of two layouts unified to
+            # "A" where one of them was expected (docs/numba-internals.md): compile it as
+            # Numba does, with SSA, from now on.
+            self.py_func._nr_needs_ssa = True
+            forget_failures(self)
+            pending_errors().clear()
+            return super().compile(sig)
 
     def _compile_for_args(self, *args, **kws):
         from .. import profile
