@@ -15,6 +15,9 @@ from .methods import boundary_error, resolve_call
 
 
 class _Backend:
+    """What ``dispatch`` asks of the engine: a generic function's Numba type, its Python entry,
+    and what to drop when its methods or rules change."""
+
     def numba_type(self, f):
         cached = f.__dict__.get("_nr_type")
         if cached is None or cached[0] != f.world:
@@ -39,7 +42,6 @@ class _Backend:
         if tramp is not None and tramp._nr_arities != tuple(f.arities()):
             _install_trampoline(f)
         _entries_for_arities(f)
-
 
     def rules_changed(self, f):
         invalidate(changed_decisions(f))
