@@ -63,12 +63,17 @@ class Gradient:
         runs the driver's machine code, with no Python in between (see cache)."""
         arities = _arities(self.f)
         if len(arities) == 1:
+            params = _parameters(self.f)
+            frozen = params is not None and all(_immutable(d) for _, d in params)
             entries.install_direct_entry(self, arities[0], self._check_values,
-                                       lambda argtypes: self._driver(argtypes, entry=True),
-                                       signature=_parameters(self.f), arities_of=self.f)
+                                         lambda argtypes: self._driver(argtypes, entry=True),
+                                         signature=params if frozen else None,
+                                         arities_of=self.f)
+            if params is not None and not frozen:
+                type(self).__call__ = staticmethod(_binding(self, type(self).__call__))
         else:
             entries.install_entry(self, arities, self._check_values, Gradient._resolve_entry,
-                                arities_of=self.f)
+                                  arities_of=self.f)
 
     def _check_values(self, args):
         # before the AD transform runs on types Numba could not give (a Python object: pyobject)
@@ -193,6 +198,37 @@ def _parameters(f):
                for p in params):
         return None
     return [(p.name, p.default) for p in params]
+
+
+def _immutable(default):
+    """Whether a default value may become a constant of compiled code: Numba compiles an omitted
+    argument's default into the code (``types.Omitted``), so an array default the program
+    mutates later would be read as it was at the first call."""
+    if default is inspect.Parameter.empty or default is None:
+        return True
+    if isinstance(default, tuple) and not hasattr(default, "_fields"):
+        return all(_immutable(d) for d in default)
+    return isinstance(default, (bool, int, float, complex, str, np.generic))
+
+
+def _binding(grad, entry):
+    """``entry`` behind a Python binding of the arguments, for a function with a mutable default
+    (an array): each call passes the default as it is now. The one case a gradient object's call
+    runs Python before the compiled driver."""
+    func = grad.f.py_func if numba_glue.is_dispatcher(grad.f) else grad.f
+    signature = inspect.signature(func)
+    n = len(signature.parameters)
+
+    def call(*args, **kwargs):
+        if kwargs or len(args) != n:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{grad.__qualname__}: {exc}") from None
+            bound.apply_defaults()
+            args = bound.args
+        return entry(*args)
+    return call
 
 
 def _argument_error(grad, args):

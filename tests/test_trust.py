@@ -504,6 +504,30 @@ def test_keywords_defaults_and_new_arities():
     assert nr.grad(h)(3.0) == 6.0
 
 
+_WEIGHTS = np.array([1.0, 2.0, 3.0])
+
+
+def weighted_by_default(x, w=_WEIGHTS, k=2.0):
+    return np.sum(x * w) * k
+
+
+def test_a_mutable_default_is_read_as_it_is_at_each_call():
+    # Numba compiles an omitted argument's default into the code: an array default mutated after
+    # the first call must not be read as it was then (a silently wrong gradient)
+    x = np.ones(3)
+    g = nr.grad(weighted_by_default)
+    np.testing.assert_allclose(g(x), [2.0, 4.0, 6.0])
+    _WEIGHTS[0] = 10.0
+    try:
+        np.testing.assert_allclose(g(x), [20.0, 4.0, 6.0])
+        np.testing.assert_allclose(g(x, k=1.0), [10.0, 2.0, 3.0])
+        np.testing.assert_allclose(nr.grad(weighted_by_default, 1)(x, w=np.ones(3)), [2.0] * 3)
+        with pytest.raises(TypeError, match=r"grad\(weighted_by_default\): too many"):
+            g(x, x, 1.0, 1.0)
+    finally:
+        _WEIGHTS[0] = 1.0
+
+
 def cube(x):
     return x * x * x
 
