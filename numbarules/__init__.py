@@ -14,7 +14,8 @@ from . import entries  # noqa: F401 - the backend generic functions call (entrie
 from .profile import compile_stats, CompileStats
 from .rules import rrule, scalar_rule, opt_out, non_differentiable, rule_for
 from . import primitives  # noqa: F401 - registers the built-in rules
-from .api import grad, value_and_grad, pullback, code, ad_stats, explain
+from .api import grad, value_and_grad, pullback, code, ad_stats
+from .explain import explain
 from .checkpoint import checkpointed
 from . import testing
 from .errors import (NumbarulesError, SignatureError, DispatchError, NoMethodError, AmbiguityError,

@@ -15,9 +15,9 @@ import numba
 import numba.typed
 import numpy as np
 
-from . import cache, entries, kernels, lattice, numba_glue, registry, rules, targets
+from . import cache, entries, kernels, numba_glue, registry, rules, targets
 from .ad import kinds
-from .dispatch import GenericFunction, Method
+from .dispatch import GenericFunction
 from .errors import NumbarulesError, RuleError
 from .structs import Tangent, isstruct
 
@@ -307,7 +307,7 @@ def _gradient(f, argnums, with_value, boundscheck):
     return hit
 
 
-def _spec_for_call(f, args, argnums=None, bounds=False, caller="pullback"):
+def spec_for_call(f, args, argnums=None, bounds=False, caller="pullback"):
     if isinstance(f, Gradient):     # nr.code(nr.grad(f, argnums), ...) means f's kernels
         f, argnums = f.f, f.argnums if argnums is None else argnums
     args = _positional(f, args, caller)
@@ -356,7 +356,7 @@ def pullback(f, *args, boundscheck=False):
     """
     given = len(args)
     args = _positional(f.f if isinstance(f, Gradient) else f, args, "pullback")
-    spec = _spec_for_call(f, args, bounds=boundscheck)
+    spec = spec_for_call(f, args, bounds=boundscheck)
     y, residuals = spec.fwd(*args)
     name = f"pullback({getattr(f, '__qualname__', f)})"
     bwd = _frozen_pullback(spec, residuals, y)
@@ -467,7 +467,7 @@ def code(f, *args, kind="forward"):
     ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
     or "primal" (the normalised primal the two are built from).
     """
-    spec = _spec_for_call(f, args, caller="code")
+    spec = spec_for_call(f, args, caller="code")
     sources = {"forward": spec.kernels.forward, "pullback": spec.kernels.pullback,
                "vjp": spec.kernels.vjp, "primal": spec.primal_source}
     if kind not in sources:
@@ -498,7 +498,7 @@ def ad_stats(f, *args, argnums=None):
     gradient runs as one fused pass (a reduction loop: nothing is saved, or at most one
     iteration's tape, reused by every iteration; both count as 0). Runs the forward kernel once.
     """
-    spec = _spec_for_call(f, args, argnums)
+    spec = spec_for_call(f, args, argnums)
     _, residuals = spec.fwd(*args)
     names = spec.kernels.residuals
     values = dict(zip(names, residuals))
@@ -510,104 +510,3 @@ def ad_stats(f, *args, argnums=None):
         tape = total = 0
     return {"tape_bytes": tape, "residual_bytes": total + tape, "residuals": names,
             "fused": spec.kernels.fused}
-
-
-class Explanation:
-    """``nr.explain(f, *args)``: the tree of calls reached while differentiating ``f``.
-
-    ``str()`` draws it; ``root`` is the data: dicts with ``call``, ``method``, ``how`` (rule,
-    derived, opted out, non-differentiable), ``where`` and ``children``.
-    """
-
-    def __init__(self, root):
-        self.root = root
-
-    def __str__(self):
-        lines = []
-
-        def draw(node, prefix, last, top):
-            head = "" if top else prefix + ("└─ " if last else "├─ ")
-            method = f" -> {node['method']}" if node["method"] else ""
-            lines.append(f"{head}{node['call']}{method}  [{node['how']}]  {node['where']}")
-            kids = node["children"]
-            for k, child in enumerate(kids):
-                draw(child, prefix + ("" if top else ("   " if last else "│  ")),
-                     k == len(kids) - 1, False)
-
-        draw(self.root, "", True, True)
-        return "\n".join(lines)
-
-    __repr__ = __str__
-
-
-def explain(f, *args):
-    """The call tree of differentiating ``f`` at these arguments: for each call, the method
-    chosen and whether a ``rule``, the ``derived`` body, an ``opted out`` rule or a
-    ``non-differentiable`` declaration was used."""
-    spec = _spec_for_call(f, args, caller="explain")
-    sig = tuple(lattice.from_numba(t) for t in spec.argtypes)
-    target, _ = targets.target_for(f, spec.argtypes)
-    rule = rules.lookup(f, sig)
-    method = target if isinstance(target, Method) else (
-        f.resolve(sig) if isinstance(f, GenericFunction) else None)
-    root = _node(f, sig, method, rule, spec, set())
-    return Explanation(root)
-
-
-def _how(rule, target):
-    if isinstance(target, rules.Rule):
-        return {"rrule": "rule", "scalar": "rule", "non_differentiable": "non-differentiable"}[
-            target.kind]
-    if rule is not None and rule.kind == "opt_out":
-        return "opted out"
-    return "derived"
-
-
-def _display(f):
-    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
-    return name.rsplit("<locals>.", 1)[-1]
-
-
-def _node(f, sig, method, rule, spec, seen):
-    name = _display(f)
-    module = getattr(f, "__module__", "") or ""
-    if module in ("math", "builtins") or module.startswith("numpy"):
-        name = f"{module}.{name}" if module != "builtins" else name
-    target = spec.target if spec is not None else rule
-    where = ""
-    if isinstance(target, rules.Rule) and target.kind != "opt_out":
-        where = f"({target.kind} at {target.file}:{target.line})"
-    elif isinstance(method, Method):
-        where = f"({method.where()})"
-    elif spec is not None:
-        where = f"({spec.fn.file}:{spec.fn.firstline})" if hasattr(spec, "fn") else ""
-    node = {"call": f"{name}{lattice.fmt_sig(sig)}", "method": repr(method) if method else "",
-            "how": _how(rule, target), "where": where, "children": []}
-    if spec is None or id(spec) in seen:
-        if spec is not None:
-            node["how"] += ", recursive"
-        return node
-    seen = seen | {id(spec)}
-    for info in spec.calls:
-        csig = tuple(lattice.from_numba(t) for t in info["argtypes"])
-        callee = info["callee"]
-        child_spec = callee if callee is not None else None
-        if child_spec is None and isinstance(info["target"], rules.Rule):
-            node["children"].append(_leaf(info, csig))
-            continue
-        node["children"].append(_node(info["function"], csig, info["method"], info["rule"],
-                                      child_spec, seen))
-    return node
-
-
-def _leaf(info, csig):
-    rule = info["target"]
-    f = info["function"]
-    name = _display(f)
-    module = getattr(f, "__module__", "") or ""
-    if module == "math":
-        name = f"math.{name}"
-    return {"call": f"{name}{lattice.fmt_sig(csig)}",
-            "method": repr(info["method"]) if info["method"] else "",
-            "how": _how(info["rule"], rule), "where": f"({rule.kind} at {rule.file}:{rule.line})",
-            "children": []}

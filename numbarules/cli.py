@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from . import api, demo, diskcache, lattice
+from .explain import explain as explain_call
 from .errors import NumbarulesError
 
 _SCALARS = {"float64": np.float64, "float32": np.float32, "int64": np.int64, "int32": np.int32,
@@ -104,7 +105,7 @@ def _placeholder(t):
 
 def explain(target, types, out=print):
     f = load(target)
-    out(str(api.explain(f, *_arguments(f, types, "explain"))))
+    out(str(explain_call(f, *_arguments(f, types, "explain"))))
 
 
 def profile(target, types, argnums=None, out=print):
