@@ -6,9 +6,10 @@ Per program, at one input point:
 1. ``f(*args)`` run as plain Python is the reference value; central finite differences of it in
    float64 (step ``cbrt(eps) * max(1, |x|)``) are the reference gradient;
 2. ``nr.grad(f, argnums)(*args)`` (the fused driver), ``nr.pullback(f, *args)`` then ``pb(1.0)``
-   (forward + pullback kernels) and ``nr.value_and_grad(f, argnums)(*args)`` must agree with each
-   other (to 1e-8) and with the finite differences (rtol 1e-5, atol 1e-6 * max(1, |f|)), and
-   the values of ``value_and_grad`` and ``pullback`` with the Python value (1e-9).
+   (forward + pullback kernels) and ``nr.value_and_grad(f, argnums)(**by_name)`` (arguments
+   passed by name) must agree with each other (to 1e-8) and with the finite differences (rtol
+   1e-5, atol 1e-6 * max(1, |f|)), and the values of ``value_and_grad`` and ``pullback`` with
+   the Python value (1e-9).
 
 A point where finite differences are unreliable is re-drawn: at a kink (``abs``, ``max``, a
 data-dependent branch), central differences with steps h and 2h, or the second-order one-sided
@@ -33,6 +34,7 @@ change (it must follow the new method) and the pullback made before it (it keeps
 ``pb(1.0)`` gives exactly the tangents it gave before).
 """
 
+import inspect
 import importlib.util
 import math
 import os
@@ -70,6 +72,22 @@ def _load(prog, directory):
 def _first_line(exc):
     text = f"{type(exc).__name__}: {exc}"
     return text
+
+
+def _keywords(f, n):
+    """``f``'s parameter names when a gradient of it takes its arguments by name (a plain
+    function of ``n`` plain parameters), else None."""
+    import numbarules as nr
+    if isinstance(f, nr.GenericFunction):
+        return None
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if len(params) != n or any(p.kind != p.POSITIONAL_OR_KEYWORD or p.name.startswith("_")
+                               for p in params):
+        return None
+    return [p.name for p in params]
 
 
 def check_program(prog, directory=None):
@@ -182,7 +200,10 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         t3 = time.perf_counter()
         res.stages[key + "pullback"] = t3 - t2
         args = prog.args(attempt)
-        y_vg, g_vg = nr.value_and_grad(f, argnums=argnums)(*args)
+        # by keyword where the entry takes them: Numba's C dispatcher binds the names
+        names = _keywords(f, len(args))
+        vg = nr.value_and_grad(f, argnums=argnums)
+        y_vg, g_vg = vg(**dict(zip(names, args))) if names else vg(*args)
         _same_args(prog, attempt, args, "nr.value_and_grad")
         res.stages[key + "value_and_grad"] = time.perf_counter() - t3
         if before is not None:
