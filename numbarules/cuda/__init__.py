@@ -57,7 +57,7 @@ else:
 
 def code(f, *args, argnums=None, tape=0):
     """The generated device vjp of ``f`` at the types of ``args`` (scalars)."""
-    spec = api._spec_for_call(f, args, argnums)
+    spec = api.spec_for_call(f, args, argnums)
     return _grad.source_of(spec, tape)
 
 
