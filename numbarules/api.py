@@ -60,20 +60,18 @@ class Gradient:
     def _install(self):
         """Make calls from Python jump into the compiled entry for ``f``'s arities now: Numba's
         C dispatcher binds keywords and defaults, finds the overload for the argument types and
-        runs the driver's machine code, with no Python in between (see cache)."""
+        runs the driver's machine code, with no Python in between (see entries)."""
         arities = _arities(self.f)
         if len(arities) == 1:
             params = _parameters(self.f)
             frozen = params is not None and all(_immutable(d) for _, d in params)
             entries.install_direct_entry(self, arities[0], self._check_values,
                                          lambda argtypes: self._driver(argtypes, entry=True),
-                                         signature=params if frozen else None,
-                                         arities_of=self.f)
+                                         signature=params if frozen else None)
             if params is not None and not frozen:
                 type(self).__call__ = staticmethod(_binding(self, type(self).__call__))
         else:
-            entries.install_entry(self, arities, self._check_values, Gradient._resolve_entry,
-                                  arities_of=self.f)
+            entries.install_entry(self, arities, self._check_values, Gradient._resolve_entry)
 
     def _check_values(self, args):
         # before the AD transform runs on types Numba could not give (a Python object: pyobject)
@@ -188,9 +186,8 @@ def _parameters(f):
     parameters."""
     if isinstance(f, GenericFunction) or getattr(f, "_nr_gradient_of", None) is not None:
         return None
-    func = f.py_func if numba_glue.is_dispatcher(f) else f
     try:
-        params = list(inspect.signature(func).parameters.values())
+        params = list(inspect.signature(_python_function(f)).parameters.values())
     except (TypeError, ValueError):
         return None
     plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -215,8 +212,7 @@ def _binding(grad, entry):
     """``entry`` behind a Python binding of the arguments, for a function with a mutable default
     (an array): each call passes the default as it is now. The one case a gradient object's call
     runs Python before the compiled driver."""
-    func = grad.f.py_func if numba_glue.is_dispatcher(grad.f) else grad.f
-    signature = inspect.signature(func)
+    signature = inspect.signature(_python_function(grad.f))
     n = len(signature.parameters)
 
     def call(*args, **kwargs):
@@ -262,11 +258,15 @@ def _arities(f):
         return _arities(f._nr_gradient_of)
     if isinstance(f, GenericFunction):
         return f.arities()
-    func = f.py_func if numba_glue.is_dispatcher(f) else f
     try:
-        return [len(inspect.signature(func).parameters)]
+        return [len(inspect.signature(_python_function(f)).parameters)]
     except (TypeError, ValueError):
         return [0, 1]
+
+
+def _python_function(f):
+    """The Python function whose signature calls of ``f`` follow (an njit function's own)."""
+    return f.py_func if numba_glue.is_dispatcher(f) else f
 
 
 def _one(t):

@@ -423,8 +423,7 @@ def cache_info(f=None):
 
 
 #: The tables the engine keeps on the objects they are about (numbarules.registry).
-_TABLES = ("_nr_ad", "_nr_compiled", "_nr_jit", "_nr_gradients", "_nr_decisions", "_nr_nodes",
-           "_nr_arity_entries")
+_TABLES = ("_nr_ad", "_nr_compiled", "_nr_jit", "_nr_gradients", "_nr_decisions", "_nr_nodes")
 
 
 _CLEAR_HOOKS = []

@@ -4,7 +4,6 @@ a callee's symbol (``Unlinked``), and the backend the dispatch module tells abou
 and rules."""
 
 import inspect
-import weakref
 
 from . import dispatch, numba_glue, registry
 from .cache import (GENERATED, DiskSlot, Node, changed_decisions, compiled_of, invalidate, link,
@@ -95,7 +94,7 @@ class Unlinked:
         return Unlinked(disp, lambda d, context, argtypes: d)
 
 
-def install_entry(owner, arities, check, resolve, arities_of=None):
+def install_entry(owner, arities, check, resolve):
     """Make ``owner(...)`` a direct call of an njit dispatcher whose body calls ``owner``: the
     entry of a generic function (or its gradient) with methods of several arities.
 
@@ -103,8 +102,7 @@ def install_entry(owner, arities, check, resolve, arities_of=None):
     call of an ``@njit`` function costs (plus ~70 ns: Numba folds the ``*args`` into a tuple).
     ``check(args)`` runs on the first call with new types, before compiling: it raises our own
     errors (NoMethodError). The entry calls ``owner`` unlinked (``Unlinked``), through
-    ``resolve(owner, context, argtypes)`` and ``owner._nr_node_for``. ``arities_of``: the generic
-    function whose arities the entry was made for (``entries_for_arities``).
+    ``resolve(owner, context, argtypes)`` and ``owner._nr_node_for``.
     """
     _uninstall(owner)
     src = f"def {owner.__name__}(*args):\n    return _f(*args)\n"
@@ -121,11 +119,10 @@ def install_entry(owner, arities, check, resolve, arities_of=None):
         numba_glue.pending_errors().clear()
         check(args[0])      # Numba folds *args into one tuple before the miss hook sees them
 
-    _finish_entry(owner, tramp, arities, before, arities_of)
+    _finish_entry(owner, tramp, arities, before)
 
 
-def install_direct_entry(owner, arity, check, callee_of, record_as=None, signature=None,
-                         arities_of=None):
+def install_direct_entry(owner, arity, check, callee_of, record_as=None, signature=None):
     """Make ``owner(...)`` with ``arity`` positional arguments run code compiled elsewhere, with
     nothing compiled for the entry itself: ``callee_of(argtypes)`` returns the dispatcher
     (compiled with a CPython wrapper) whose code runs for ``argtypes``, and its compile result
@@ -179,7 +176,7 @@ def install_direct_entry(owner, arity, check, callee_of, record_as=None, signatu
                 raise TypeError(f"{owner.__qualname__}: missing a required argument: '{name}'")
         check(args)
 
-    _finish_entry(owner, entry, (arity,), before, arities_of)
+    _finish_entry(owner, entry, (arity,), before)
 
 
 class _Required:
@@ -190,14 +187,12 @@ class _Required:
 _REQUIRED = _Required()
 
 
-def _finish_entry(owner, entry, arities, before, arities_of):
+def _finish_entry(owner, entry, arities, before):
     entry._nr_arities = tuple(arities)
     entry.before_compile = before
     entry.on_error = lambda disp, args, exc: boundary_error(exc)
     owner._nr_trampoline = entry
     type(owner).__call__ = staticmethod(entry)
-    if arities_of is not None:
-        registry.table(arities_of, "_nr_arity_entries")[id(owner)] = weakref.ref(owner)
 
 
 def _uninstall(owner):
@@ -211,12 +206,12 @@ def _uninstall(owner):
 
 
 def _entries_for_arities(f):
-    """Entries made for ``f``'s arities of the time (its gradient objects'), dropped when ``f``
-    gains or loses an arity: the next call installs one for the arities ``f`` has now."""
+    """The entries of ``f``'s gradient objects (held by ``f``: api._gradient) made for the
+    arities ``f`` had then, dropped when it gains or loses one: their next call installs an entry
+    for the arities ``f`` has now."""
     arities = tuple(f.arities())
-    for ref in list((registry.peek(f, "_nr_arity_entries") or {}).values()):
-        owner = ref()
-        tramp = owner.__dict__.get("_nr_trampoline") if owner is not None else None
+    for owner in list((registry.peek(f, "_nr_gradients") or {}).values()):
+        tramp = owner.__dict__.get("_nr_trampoline")
         if tramp is not None and tramp._nr_arities != arities:
             _uninstall(owner)
 

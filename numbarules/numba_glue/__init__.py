@@ -119,9 +119,10 @@ GENERATED = "numbarules._generated"
 def _skips_ssa(func):
     """Whether ``func``'s compile leaves out Numba's SSA reconstruction: generated kernels and
     drivers, whose primal was typed without it (``infer_types``: one type per name) and whose
-    temporaries are named per site (``ad/emit._Names.fresh``). 20-25% of a small first
+    temporaries are named per site (``ad/emit._Names.fresh``). About a fifth of a small first
     gradient's compile (docs/numba-internals.md); one that fails without it is compiled again
-    with it (``Dispatcher.compile``). The user's own code always gets it."""
+    with it (``Dispatcher.compile``), so a real error is reported by the compile Numba would
+    have made. The user's own code always gets it."""
     return (getattr(func, "__globals__", {}).get("__name__") == GENERATED
             and not getattr(func, "_nr_needs_ssa", False))
 

@@ -17,7 +17,7 @@ their own builder, so they never carry a line of ours.
 
 import re
 
-from numba.core import callconv, errors, ir, lowering, typed_passes
+from numba.core import callconv, ir, lowering, typed_passes
 from numba.core.compiler_machinery import register_pass
 
 _NAMED_AT = re.compile(r'\nFile "[^"]*", line \d+, ?$')
@@ -95,13 +95,6 @@ class LocatingLower(lowering.Lower):
         super().__init__(context, *args, **kwargs)
         if isinstance(self.context, _LocatedContext):     # the lowerer's own copy of it
             self.context.nr_lowerer = self
-
-    def lower_inst(self, inst):
-        # the message of Numba's broadcasting error names the statement from errors.loc_info
-        found = user_loc(self.loc)
-        if found is not None:
-            errors.loc_info["loc"] = found[0]
-        return super().lower_inst(inst)
 
 
 @register_pass(mutates_CFG=True, analysis_only=False)
