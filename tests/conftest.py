@@ -1,6 +1,7 @@
 import importlib
 import os
 
+import numba.core.config as numba_config
 import pytest
 from hypothesis import settings
 
@@ -11,6 +12,27 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "numbarules"))
 # The in-process suite counts compiles; a kernel loaded from the user's disk cache would not
 # count. tests/test_diskcache.py turns the cache on in the processes it starts.
 os.environ["NUMBARULES_CACHE"] = "0"
+
+# The in-process suite compiles its kernels at LLVM level 0 (NUMBA_OPT=0): LLVM's optimisation
+# is half the compile time, and what these tests check (values, gradients, errors, what gets
+# recompiled) does not depend on it. Set here in Numba's config, not in the environment, so the
+# processes tests start (README and docs blocks, examples, the disk cache, the CLI) run at the
+# user's default level, and tests that need optimised code take the `optimised` fixture
+# (tests/test_optimised.py: the benchmark workloads' gradients at level 3 against hand-written
+# adjoints). `NUMBA_OPT=3 pytest` runs everything optimised.
+if "NUMBA_OPT" not in os.environ:
+    numba_config.OPT = numba_config._OptLevel(0)
+
+
+@pytest.fixture
+def optimised():
+    """Compile at LLVM level 3 (Numba's default) inside this test."""
+    before = numba_config.OPT
+    numba_config.OPT = numba_config._OptLevel(3)
+    try:
+        yield
+    finally:
+        numba_config.OPT = before
 
 
 @pytest.fixture

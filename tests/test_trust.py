@@ -1776,3 +1776,18 @@ def test_a_function_whose_source_is_not_its_code_is_refused(tmp_path, monkeypatc
     nr.clear_cache(m.f)
     with pytest.raises(nr.UnsupportedSyntaxError, match="the file changed after it was loaded"):
         nr.grad(m.f)(1.0)
+
+
+def test_numpy_functions_numba_overloads_in_the_first_compile_of_a_process(tmp_path):
+    """np.full is a Python function in NumPy 2 that Numba types by an overload it registers when
+    a compile refreshes its typing context. A gradient that was the process's first compile took
+    np.full for a plain helper and compiled NumPy's own source (a refusal naming its `device`
+    and `like` keywords; found by tests/test_optimised.py's fuzz stream on 2026-12-05)."""
+    import subprocess
+    script = tmp_path / "first_compile.py"
+    script.write_text("import numpy as np\nimport numbarules as nr\n\n\n"
+                      "def f(x):\n    a = np.full(4, 0.5)\n    return x * a[0] + np.sum(a)\n\n\n"
+                      "print(nr.grad(f)(2.0))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "0.5", out.stderr[-2000:]

@@ -355,9 +355,15 @@ def is_dispatcher(value):
 
 
 def numba_types_value(value):
-    """Whether Numba's CPU typing context can type ``value`` as a global (e.g. np.linalg.norm)."""
+    """Whether Numba's CPU typing context can type ``value`` as a global (e.g. np.linalg.norm).
+
+    The context learns Numba's own overloads (``@overload(np.full)``) when it is refreshed, which
+    Numba does at the start of each compile: before the first compile of the process it knows
+    none of them, and np.full (a Python function in NumPy 2) would look like a plain helper."""
     try:
-        return cpu_target.typing_context.resolve_value_type(value) is not None
+        context = cpu_target.typing_context
+        context.refresh()
+        return context.resolve_value_type(value) is not None
     except (NumbaError, ValueError, TypeError):
         return False
 
