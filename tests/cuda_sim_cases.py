@@ -263,11 +263,12 @@ def _sq_for_clear(x):
 
 def test_clear_cache_lets_go_of_what_the_device_tables_hold():
     """The device tables (device specializations, helpers, map_grad and tape gradients, device
-    vjps) live in cuda/, not on their owners: nr.clear_cache(f) and nr.clear_cache() reach them,
-    and a function given to map_grad is freed afterwards."""
+    vjps) live on what they are about, as the CPU's do: nr.clear_cache(f) and nr.clear_cache()
+    empty them, and a function given to map_grad is freed afterwards."""
     import gc
     import sys
     import weakref
+    from numbarules import registry
     from numbarules.cuda import gradients as g_mod, methods
     m_mod = sys.modules["numbarules.cuda.map_grad"]     # the package exports the function
 
@@ -281,20 +282,23 @@ def test_clear_cache_lets_go_of_what_the_device_tables_hold():
     x = np.linspace(0.1, 1.0, 4)
     np.testing.assert_allclose(nrc.map_grad(f)(x).copy_to_host(), 4.0 * x)
     np.testing.assert_allclose(nrc.map_grad(_sq_for_clear)(x).copy_to_host(), 2.0 * x)
-    assert any(k[0] is f for k in m_mod._MAPS)
+    assert registry.peek(f, m_mod.MAPS)
+    specs = list(registry.peek(f, "_nr_ad").values())
+    assert any(registry.peek(s, g_mod.VJPS) for s in specs)
     nr.clear_cache(f)
-    assert not any(k[0] is f for k in m_mod._MAPS)
-    assert not any(getattr(k[0], "func", None) is f for k in g_mod._VJPS)
-    assert any(k[0] is _sq_for_clear for k in m_mod._MAPS)     # others' entries stay
+    assert not registry.peek(f, m_mod.MAPS)
+    assert not any(registry.peek(s, g_mod.VJPS) for s in specs)
+    assert registry.peek(_sq_for_clear, m_mod.MAPS)     # others' entries stay
     np.testing.assert_allclose(nrc.map_grad(f)(x).copy_to_host(), 4.0 * x)   # and work again
 
     nr.clear_cache(act)
-    assert not any(getattr(k[0], "function", None) is act for k in methods._SPECS)
+    assert not any(registry.peek(m, methods.SPECS) for m in act.methods)
 
     ref = weakref.ref(f)
-    del f
+    del f, specs
     nr.clear_cache()
-    for table in (methods._SPECS, methods._HELPERS, g_mod._GRADIENTS, g_mod._VJPS, m_mod._MAPS):
-        assert not table
+    for owner in [_sq_for_clear, *act.methods]:
+        for name in (methods.SPECS, methods.HELPER, g_mod.GRADIENTS, m_mod.MAPS):
+            assert not registry.peek(owner, name), (owner, name)
     gc.collect()
     assert ref() is None

@@ -321,7 +321,7 @@ def check(live, model, ops, called, last_tokens):
     assert nr.cache_info()["compiles"] == count, f"a second call compiled again after {ops}"
 
 
-@settings(max_examples=7, deadline=None,
+@settings(max_examples=14, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_live_cache_matches_a_fresh_cache_after_every_step(data):

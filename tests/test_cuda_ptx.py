@@ -136,6 +136,25 @@ def test_generic_functions_dispatch_at_compile_time_in_kernels():
     assert _hex(0.375) in ptx                 # scale(::Integer) for the thread index
 
 
+def test_device_specializations_live_on_their_methods_and_clear_cache_drops_them():
+    from numbarules import registry
+    from numbarules.cuda import methods
+    scale, total = fresh_family()
+
+    def kernel(out, x):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = total(x)
+
+    sig = (types.float64[::1], types.float64[::1])
+    ptx_of(kernel, sig)
+    held = [m for m in scale.methods + total.methods if registry.peek(m, methods.SPECS)]
+    assert len(held) == 2, held             # total(::Vector) and scale(::Real), nothing global
+    nr.clear_cache(scale)
+    assert not any(registry.peek(m, methods.SPECS) for m in scale.methods)
+    assert _hex(3.25) in ptx_of(kernel, sig)     # and they compile again
+
+
 def test_a_new_method_is_seen_by_the_next_device_compile():
     scale, total = fresh_family()
 

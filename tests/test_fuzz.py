@@ -46,6 +46,7 @@ CONSTRUCTS = {
     "world: int": 2, "world: method": 1, "world: method+rule": 2, "world: replace": 1,
     "world: rule": 1, "world: vector": 1, "world: write": 3, "world call: helper": 3,
     "world call: loop": 4, "world call: branch": 3,
+    "default parameter, omitted": 4, "default parameter, passed": 6,
 }
 
 

@@ -162,7 +162,7 @@ def tanh_exp_adjoint(A, s):
     return dA, dS + np.sum(np.exp(A[:, 0]))
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(dims.flatmap(lambda m: dims.flatmap(lambda n: arrays((m, n + 1), elements))), elements)
 def test_array_tanh_and_exp_rules_on_any_layout(A, s):
     check_grad(tanh_exp_layouts, A, s)

@@ -19,31 +19,28 @@ from .gradients import grad, value_and_grad
 import sys as _sys
 
 from .. import cache as _cache
+from .. import registry as _registry
 
 # the module, not the function of the same name this package exports
 _map_grad_module = _sys.modules[__name__ + ".map_grad"]
 
 
+#: The device tables, kept on the objects they are about like the CPU's (numbarules.registry).
+_TABLES = (methods.SPECS, methods.HELPER, _grad.VJPS, _grad.GRADIENTS, _map_grad_module.MAPS)
+
+
 def _forget(owners):
-    """``nr.clear_cache`` for the device tables, which live here rather than on their owners:
-    everything (``owners`` None) or what is held for ``owners`` (a function, its methods, rules
-    and gradient objects)."""
-    tables = (methods._SPECS, methods._HELPERS, _grad._GRADIENTS, _grad._VJPS,
-              _map_grad_module._MAPS)
+    """``nr.clear_cache`` for the device tables: everything (``owners`` None) or what
+    ``owners`` hold (a function, its methods, rules and gradient objects). The device vjps of
+    an AD specialization go with it (they live on it, and their nodes call its node)."""
     if owners is None:
-        for table in tables:
-            table.clear()
+        _registry.clear(_TABLES)
         return
-    held = {id(o) for o in owners}
-
-    def about(key):
-        first = key[0] if isinstance(key, tuple) else key
-        spec_target = getattr(first, "target", None), getattr(first, "func", None)
-        return id(first) in held or any(id(t) in held for t in spec_target if t is not None)
-
-    for table in tables:
-        for key in [k for k in list(table) if about(k)]:
-            table.pop(key, None)
+    for owner in owners:
+        for name in _TABLES:
+            found = _registry.peek(owner, name)
+            if found is not None:
+                found.clear()
 
 
 _cache.on_clear(_forget)

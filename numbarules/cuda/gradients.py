@@ -16,18 +16,21 @@ import linecache
 
 import numpy as np
 
-from .. import api, kernels, numba_glue, rules, targets
+from .. import api, kernels, numba_glue, registry, rules, targets
 from ..ad import codegen, device, kinds
 from ..errors import UnsupportedSyntaxError
 from . import glue, methods
 
-_VJPS = {}        # (spec, tape) -> device vjp dispatcher
+#: On an AD specialization (``numbarules.registry``): {tape: (device vjp dispatcher, node)}.
+VJPS = "_nr_device_vjps"
+#: On a function: {(argnums, with_value, tape): gradient object} of ``nr.cuda.grad(f, tape=N)``.
+GRADIENTS = "_nr_device_gradients"
 
 
 def device_vjp(spec, tape):
     """The device vjp of AD specialization ``spec`` with loop tapes of ``tape`` entries."""
-    key = (spec, tape)
-    hit = _VJPS.get(key)
+    table = registry.table(spec, VJPS)
+    hit = table.get(tape)
     if hit is not None and hit[1].alive and spec.alive:
         methods.relied_on(node=hit[1])
         return hit[0]
@@ -55,12 +58,12 @@ def device_vjp(spec, tape):
     with glue.locked():
         _, node = methods.compile_recorded(
             ("vjp", spec, tape), f"device vjp {spec.name}", build,
-            lambda: _VJPS.pop(key, None))
+            lambda: table.pop(tape, None))
         # The CPU specialization's node carries the engine's decisions (method and rule per call):
         # when one changes, that node drops and takes this one with it.
         node.callees.add(spec.node)
         spec.node.callers.add(node)
-        _VJPS[key] = (disp, node)
+        table[tape] = (disp, node)
     return disp
 
 
@@ -225,23 +228,21 @@ def value_and_grad(f, argnums=0, tape=0):
     return _with_tape(f, argnums, True, tape)
 
 
-_GRADIENTS = {}
-
-
 def _with_tape(f, argnums, with_value, tape):
     if isinstance(tape, bool) or not isinstance(tape, int) or tape < 0:
         raise TypeError(f"tape must be a non-negative int (entries per thread), not {tape!r}")
     if tape == 0:
         return (api.value_and_grad if with_value else api.grad)(f, argnums)   # nr.grad's own
     # One object per (f, argnums, kind, tape), like nr.grad: compiled drivers are reused.
+    table = registry.table(f, GRADIENTS)
     try:
-        key = (f, argnums, with_value, tape)
-        g = _GRADIENTS.get(key)
-    except TypeError:            # unhashable f or argnums
+        key = (argnums, with_value, tape)
+        g = table.get(key)
+    except TypeError:            # unhashable argnums
         key, g = None, None
     if g is None:
         g = api.Gradient(f, argnums, with_value)
         g._nr_device_tape = tape
         if key is not None:
-            _GRADIENTS[key] = g
+            table[key] = g
     return g

@@ -8,7 +8,7 @@ the NaN gradients those threads computed.
 
 import numpy as np
 
-from .. import api
+from .. import api, registry
 from ..errors import DifferentiationError
 from . import glue, gradients, methods
 
@@ -144,14 +144,16 @@ def map_grad(f, argnums=0, tape=0):
     (see docs/cuda.md); reduction loops and loop-free code need none.
     """
     # One object per (f, argnums, tape): its kernels are reused by every map_grad(f) call.
+    table = registry.table(f, MAPS)
     try:
-        key = (f, argnums, tape)
-        hit = _MAPS.get(key)
-    except TypeError:             # unhashable f or argnums
+        key = (argnums, tape)
+        hit = table.get(key)
+    except TypeError:             # unhashable argnums
         return MapGrad(f, argnums, tape)
     if hit is None:
-        hit = _MAPS[key] = MapGrad(f, argnums, tape)
+        hit = table[key] = MapGrad(f, argnums, tape)
     return hit
 
 
-_MAPS = {}
+#: On a function (``numbarules.registry``): {(argnums, tape): MapGrad}.
+MAPS = "_nr_device_maps"

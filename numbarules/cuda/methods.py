@@ -17,14 +17,16 @@ function it keeps the decisions it was compiled with.
 
 import threading
 
-from .. import cache, entries, numba_glue
+from .. import cache, entries, numba_glue, registry
 from .. import methods as cpu
 from ..dispatch import GenericFunction
 from ..errors import UnsupportedSyntaxError
 from ..lattice import from_numba
 from . import glue
 
-_SPECS = {}                   # (method or function, argtypes) -> _DeviceSpec
+#: The device specializations of a method or function live on it (``numbarules.registry``):
+#: {argtypes: _DeviceSpec} in its table ``_nr_device``; its device helper in ``_nr_device_helper``.
+SPECS, HELPER = "_nr_device", "_nr_device_helper"
 _local = threading.local()
 
 
@@ -102,9 +104,12 @@ def _resolver(f):
 
 def specialize(func, argtypes, what, key_obj=None):
     """The device dispatcher of ``func`` (a method body or a plain helper) for ``argtypes``."""
-    key = (key_obj if key_obj is not None else func, tuple(argtypes))
+    owner = key_obj if key_obj is not None else func
+    argtypes = tuple(argtypes)
+    key = (owner, argtypes)
     with glue.locked():
-        spec = _SPECS.get(key)
+        table = registry.table(owner, SPECS)
+        spec = table.get(argtypes)
         if spec is not None and spec.node.alive:
             relied_on(node=spec.node)
             return spec.dispatcher
@@ -117,11 +122,11 @@ def specialize(func, argtypes, what, key_obj=None):
                 raise _compile_error(func, what, argtypes, exc) from None
 
         def drop():
-            if _SPECS.get(key) is spec:
-                del _SPECS[key]
+            if table.get(argtypes) is spec:
+                del table[argtypes]
 
         _, node = compile_recorded(key, f"device {what}", build, drop)
-        spec = _SPECS[key] = _DeviceSpec(disp, node)
+        spec = table[argtypes] = _DeviceSpec(disp, node)
         return disp
 
 
@@ -158,13 +163,11 @@ class DeviceHelper:
         return self._type
 
 
-_HELPERS = {}
-
-
 def helper(func):
-    hit = _HELPERS.get(func)
+    table = registry.table(func, HELPER)
+    hit = table.get("helper")
     if hit is None:
-        hit = _HELPERS[func] = DeviceHelper(func)
+        hit = table["helper"] = DeviceHelper(func)
     return hit
 
 

@@ -74,6 +74,18 @@ def _first_line(exc):
     return text
 
 
+def _call(obj, prog, f, args):
+    """``obj(*args)`` with the arguments the program gives defaults equal to their values left
+    out: those before the first one omitted by position, the others by name."""
+    names = _keywords(f, len(args))
+    omitted = [k for k, spec in enumerate(prog.args_spec) if spec.omit]
+    if not omitted or not names:
+        return obj(*args)
+    first = omitted[0]
+    return obj(*args[:first], **{names[k]: args[k] for k in range(first + 1, len(args))
+                                  if not prog.args_spec[k].omit})
+
+
 def _keywords(f, n):
     """``f``'s parameter names when a gradient of it takes its arguments by name (a plain
     function of ``n`` plain parameters), else None."""
@@ -187,7 +199,7 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         t1 = time.perf_counter()
         args = prog.args(attempt)
         grad = nr.grad(f, argnums=argnums)
-        g = grad(*args)
+        g = _call(grad, prog, f, args)
         _same_args(prog, attempt, args, "nr.grad")
         stage = "nr.pullback"
         t2 = time.perf_counter()
@@ -203,13 +215,17 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         # by keyword where the entry takes them: Numba's C dispatcher binds the names
         names = _keywords(f, len(args))
         vg = nr.value_and_grad(f, argnums=argnums)
-        y_vg, g_vg = vg(**dict(zip(names, args))) if names else vg(*args)
+        if names:
+            y_vg, g_vg = vg(**{n: a for n, a, spec in zip(names, args, prog.args_spec)
+                               if not spec.omit})
+        else:
+            y_vg, g_vg = vg(*args)
         _same_args(prog, attempt, args, "nr.value_and_grad")
         res.stages[key + "value_and_grad"] = time.perf_counter() - t3
         if before is not None:
             stage = "the gradient object made before world_change"
             args = prog.args(attempt)
-            g_old = before.grad(*args)
+            g_old = _call(before.grad, prog, f, args)
             _same_args(prog, attempt, args, stage)
             stage = "the pullback made before world_change"
             t_old = before.pb(1.0)

@@ -27,7 +27,8 @@ Validity, by construction:
 The generator ``Generator`` is assembled from parts, one module each: its records and small
 utilities (base.py), expressions (expressions.py), calls (calls.py), statements and control flow
 (statements.py), array statements (arrays.py), arrays rebound in loops (timeloops.py), refused
-constructs (refusals.py) and world changes (world.py); ``Arg`` and ``Program`` are program.py's.
+constructs (refusals.py) and world changes (world.py); defaults of the entry's trailing
+parameters come from ``draw_defaults`` here; ``Arg`` and ``Program`` are program.py's.
 This module holds the feature groups, the refusal classes, the generator's state and the whole
 program: its arguments, a statement for each drawn feature, the header and the final return.
 """
@@ -91,6 +92,10 @@ FEATURES = {
 #: as before the group existed (reproducers keep working).
 WORLD_CHANCE = 0.15
 
+#: How often the entry function's trailing parameters get defaults (``draw_defaults``): from a
+#: random stream of their own, like the world group's, so the rest of each program is unchanged.
+DEFAULTS_CHANCE = 0.2
+
 #: README classes of refusal (regular expression on the message -> class). A refusal counts as
 #: expected only when the program contains a construct of that class (``Program.may_refuse``).
 REFUSAL_CLASSES = {
@@ -136,6 +141,7 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusal
         self.r = random.Random(f"numbarules-fuzz:{seed}:{index}")
         # the world group draws from a stream of its own (see WORLD_CHANCE)
         self.world_r = random.Random(f"numbarules-fuzz-world:{seed}:{index}")
+        self.defaults_r = random.Random(f"numbarules-fuzz-defaults:{seed}:{index}")
         main = tuple(f for f in enabled if f != "world")
         if len(main) <= 2:
             chosen = list(main)
@@ -224,9 +230,28 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusal
             elif a.kind == "struct":
                 self.pool_names.add(a.cls)
 
+    def draw_defaults(self):
+        """Defaults for up to two trailing parameters of ``f``: an int parameter gets its own
+        value and the checked calls leave it out (positionally and by keyword: Numba's C
+        dispatcher fills it in, the kernels compile for the default's type); a float parameter
+        gets another value and is always passed (the default must not leak into the gradient)."""
+        r = self.defaults_r
+        if r.random() >= DEFAULTS_CHANCE:
+            return
+        for a in reversed(self.args[-r.randint(1, 2):]):
+            if a.kind == "i":
+                a.default, a.omit = repr(a.int_value), True
+                self.use("default parameter, omitted")
+            elif a.kind == "f":
+                a.default = repr(round(r.uniform(-1.0, 1.0), 2))
+                self.use("default parameter, passed")
+            else:
+                break
+
     def program(self):
         self.protected = set()
         self.make_args()
+        self.draw_defaults()
         ctx = _Ctx()
         self.emit(ctx, "s = 0.0")
         self.declare("s", "f")
@@ -272,7 +297,7 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusal
         if self.globals_src:
             parts.append("\n".join(self.globals_src) + "\n")
         parts += self.helpers
-        params = ", ".join(a.name for a in self.args)
+        params = ", ".join(a.name + (f"={a.default}" if a.default else "") for a in self.args)
         parts.append(f"def f({params}):\n" + "\n".join(self.lines) + "\n")
         source = "\n\n".join(parts)
         return Program(self.seed, self.index, self.features, tuple(sorted(self.used)), source,

@@ -22,6 +22,8 @@ class Arg:
     int_value: int = 0        # i; th's int; Params.k
     sizes: dict = field(default_factory=dict)   # struct array field lengths
     diff: bool = False
+    default: str = ""         # source of the parameter's default value ("": none)
+    omit: bool = False        # left out of the checked calls (its default is its value)
 
 
 @dataclass
