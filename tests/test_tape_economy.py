@@ -169,3 +169,57 @@ def test_a_sweep_saves_the_array_whole_when_its_reverse_reads_none_of_it():
     for f in (callee_reads_array, product_reads_array):
         src = nr.code(nr.grad(f, argnums=(0, 1)), VEC, 0.7, 3)
         assert "_tape_f8[_k_f8] = u[i]" in src and "_push_view" not in src, f.__name__
+
+
+# --- a rule's residuals in loops: on the number tapes ------------------------------------------
+
+def soft(x, k):
+    return math.tanh(k * x) / k
+
+
+@nr.rrule(soft, nr.Float64, nr.Int64)
+def soft_rule(x, k):
+    t = math.tanh(k * x)
+    # residuals: a float and an int (two tapes), popped in reverse order
+    def soft_pullback(dy):
+        return (dy * (1.0 - t * t) * (k // k), None)
+    return t / k, soft_pullback
+
+
+def soft_with_array(x, k):
+    return x * 2.0
+
+
+@nr.rrule(soft_with_array, nr.Float64, nr.Int64)
+def soft_with_array_rule(x, k):
+    w = np.full(2, x)          # an array residual: kept on a list per call site
+    def pullback(dy):
+        return (dy * 2.0 + 0.0 * w[0], None)
+    return x * 2.0, pullback
+
+
+def rules_in_loops(x, c, steps):
+    s = 0.0
+    for t in range(steps):
+        for i in range(x.shape[0]):
+            if x[i] > -0.35:
+                s += soft(c * x[i] + s * 0.1, 2) * x[i]
+            else:
+                s += soft(x[i], 3) + soft_with_array(x[i], 1) * 0.5
+    return s
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_a_rules_residuals_in_loops_go_on_the_tapes(steps):
+    """A rule called in a loop saves its residuals per call; numbers go on the number tapes (a
+    typed list per call site made Numba compile its list methods for each residual type: 0.27 s
+    of a 0.42 s first gradient). Arrays still go on a list. Pullbacks may be called again."""
+    check(rules_in_loops, VEC, 0.8, steps)
+    src = nr.code(rules_in_loops, VEC, 0.8, steps)
+    fwd = src.split("def bwd_")[0]
+    assert len(re.findall(r"_tape_f8\[_k_f8\] = _rs\d+\[\d\]", fwd)) == 2, fwd
+    assert len(re.findall(r"_tape_i8\[_k_i8\] = _rs\d+\[\d\]", fwd)) == 2, fwd
+    assert len(re.findall(r"_l_rs\d+\.append", fwd)) == 1, fwd      # the array residual
+    y, pb = nr.pullback(rules_in_loops, VEC, 0.8, steps)
+    first = pb(1.0)
+    np.testing.assert_array_equal(pb(1.0)[0], first[0])

@@ -187,7 +187,14 @@ class Adjoints:
                 out.add(f"{r} = bwd_{cp.name}({self.kept[id(e)]}, {g})")
             elif self.rule_site(e):
                 site = self.rule_site(e)
-                if not self.fusing:
+                parts = self.taped_residuals(cp)
+                if self.fusing:
+                    pass
+                elif parts is not None:
+                    for j in reversed(range(len(parts))):
+                        self.pop(out, f"{site}_{j}", parts[j])
+                    out.add(f"{site} = ({''.join(f'{site}_{j}, ' for j in range(len(parts)))})")
+                else:
                     self.changes_residuals = True
                     out.add(f"{site} = _l{site}.pop()")
                     out.read(f"_l{site}")

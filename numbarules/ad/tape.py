@@ -196,6 +196,9 @@ class Saves:
         for s in stmts:
             if id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s):
                 add(self.tape_key(self.pushed_type(s), s))
+            if isinstance(s, ir.Assign) and not self.fusing and self.rule_site(s.expr):
+                for t in self.taped_residuals(self.calls[id(s.expr)]) or ():
+                    add(self.tape_key(t))       # a rule's residuals (codegen.taped_residuals)
             if isinstance(s, ir.If):
                 for part in (s.body, s.orelse):
                     for key, k in self.count_pushes(part).items():
