@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import numbarules as nr
-from numbarules.fuzz.pool import Params
+from numbarules.fuzz.pool import Params, g_energy
 from numbarules.testing import check_grad
 
 
@@ -1791,3 +1791,29 @@ def test_numpy_functions_numba_overloads_in_the_first_compile_of_a_process(tmp_p
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "0.5", out.stderr[-2000:]
+
+
+def _dead_branch_reads_its_adjoint(v, N0, x):
+    s = 0.0
+    if s > -0.02:
+        if 0.99 < -0.41:
+            s += g_energy(N0.p) * (s - N0.p.w[2]) + 0.12 * x
+    else:
+        pass
+    s += x * x
+    return s
+
+
+def test_a_constant_false_branch_whose_reverse_reads_an_adjoint_set_only_outside_it():
+    """Fuzz seed 3108 #2705 (reduced; on c39de28 an internal error): Numba's SSA reconstruction
+    pruned the constant-false branch and left the adjoint of s undefined where its reverse reads
+    it ("Unsupported assignment encountered: Undefined"). Generated kernels compile without SSA
+    reconstruction since 438c261, which types it; the branch never runs."""
+    from numbarules.fuzz.pool import Nest
+    v = np.array([0.5, -0.2, 0.3])
+    N = Nest(Params(0.8, np.array([0.1, 0.2, 0.3]), 3), -1.3)
+    dN, dx = nr.grad(_dead_branch_reads_its_adjoint, argnums=(1, 2))(v, N, 0.7)
+    assert dx == pytest.approx(1.4) and dN.c == 0.0 and dN.p.a == 0.0
+    np.testing.assert_array_equal(dN.p.w, 0.0)
+    y, pb = nr.pullback(_dead_branch_reads_its_adjoint, v, N, 0.7)
+    assert y == pytest.approx(0.49) and pb(1.0)[2] == pytest.approx(1.4)
