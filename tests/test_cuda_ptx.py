@@ -136,9 +136,8 @@ def test_generic_functions_dispatch_at_compile_time_in_kernels():
     assert _hex(0.375) in ptx                 # scale(::Integer) for the thread index
 
 
-def test_device_specializations_live_on_their_methods_and_clear_cache_drops_them():
-    from numbarules import registry
-    from numbarules.cuda import methods
+def total_kernel():
+    """A fresh family and a kernel writing total(x) at each index, with its signature."""
     scale, total = fresh_family()
 
     def kernel(out, x):
@@ -146,7 +145,13 @@ def test_device_specializations_live_on_their_methods_and_clear_cache_drops_them
         if i < out.shape[0]:
             out[i] = total(x)
 
-    sig = (types.float64[::1], types.float64[::1])
+    return scale, total, kernel, (types.float64[::1], types.float64[::1])
+
+
+def test_device_specializations_live_on_their_methods_and_clear_cache_drops_them():
+    from numbarules import registry
+    from numbarules.cuda import methods
+    scale, total, kernel, sig = total_kernel()
     ptx_of(kernel, sig)
     held = [m for m in scale.methods + total.methods if registry.peek(m, methods.SPECS)]
     assert len(held) == 2, held             # total(::Vector) and scale(::Real), nothing global
@@ -156,14 +161,7 @@ def test_device_specializations_live_on_their_methods_and_clear_cache_drops_them
 
 
 def test_a_new_method_is_seen_by_the_next_device_compile():
-    scale, total = fresh_family()
-
-    def kernel(out, x):
-        i = cuda.grid(1)
-        if i < out.shape[0]:
-            out[i] = total(x)
-
-    sig = (types.float64[::1], types.float64[::1])
+    scale, _, kernel, sig = total_kernel()
     assert _hex(3.25) in ptx_of(kernel, sig)
 
     @scale.method
