@@ -85,6 +85,17 @@ def test_a_program_is_a_standalone_reproducer():
     assert all(runner.get_leaf(args, q) == runner.get_leaf(again, q) for q in runner.leaves(args))
 
 
+def test_defaults_are_left_out_as_the_fuzzer_calls_and_as_the_reproducer_shows():
+    # program 1 of the CI stream: f(x1, x0=0.47, n0=2), n0 left out of the checked calls
+    p = fuzz.generate(SEED, 1)
+    assert [(a.name, a.default, a.omit) for a in p.args_spec][-2:] == [
+        ("x0", "0.47", False), ("n0", "2", True)]
+    assert "def f(x1, x0=0.47, n0=2):" in p.source
+    assert "nr.grad(f, argnums=(0, 1))(*args[:2])" in p.repro(0)
+    r = fuzz.check_program(p)
+    assert r.outcome == "ok", r.error
+
+
 def test_features_restrict_the_programs():
     for f in fuzz.FEATURES:
         p = fuzz.generate(SEED, 7, [f])

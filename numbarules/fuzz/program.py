@@ -78,6 +78,18 @@ class Program:
         rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.index, attempt])
         return "(" + "".join(_value_source(a, rng) + ", " for a in self.args_spec) + ")"
 
+    def _omitting_call(self, nums):
+        """The reproducer's line for the call the fuzzer checks with defaults left out (the
+        arguments after the first omitted one by name), or nothing."""
+        omitted = [k for k, a in enumerate(self.args_spec) if a.omit]
+        if not omitted:
+            return ""
+        first = omitted[0]
+        rest = "".join(f", {a.name}=args[{k}]" for k, a in enumerate(self.args_spec)
+                       if k > first and not a.omit)
+        return (f"    print('grad, defaults left out:', nr.grad(f, argnums={nums!r})"
+                f"(*args[:{first}]{rest}))\n")
+
     def repro(self, attempt=0):
         """A standalone script: the module source plus the calls the fuzzer checks."""
         nums = self.argnums
@@ -88,6 +100,7 @@ class Program:
                 f"    args = {self.args_source(attempt)}\n"
                 f"    print('python:', f(*args))\n"
                 f"    print('grad:', nr.grad(f, argnums={nums!r})(*args))\n"
+                + self._omitting_call(nums) +
                 f"    y, pb = nr.pullback(f, *args)\n"
                 f"    print('pullback:', y, pb(1.0))\n"
                 + ("" if "def world_change" not in self.source else
