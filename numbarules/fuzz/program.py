@@ -101,8 +101,8 @@ class Program:
                 f"    print('python:', f(*args))\n"
                 f"    print('grad:', nr.grad(f, argnums={nums!r})(*args))\n"
                 + self._omitting_call(nums) +
-                f"    y, pb = nr.pullback(f, *args)\n"
-                f"    print('pullback:', y, pb(1.0))\n"
+                "    y, pb = nr.pullback(f, *args)\n"
+                "    print('pullback:', y, pb(1.0))\n"
                 + ("" if "def world_change" not in self.source else
                    f"    world_change()\n"
                    f"    print('after world_change: python:', f(*args))\n"
