@@ -426,14 +426,13 @@ def cache_info(f=None):
 _TABLES = ("_nr_ad", "_nr_compiled", "_nr_jit", "_nr_gradients", "_nr_decisions", "_nr_nodes")
 
 
-_CLEAR_HOOKS = []
+_TARGET_TABLES = []
 
 
-def on_clear(hook):
-    """Have ``clear_cache`` call ``hook(owners)`` at its end: ``owners`` the objects holding what
-    was compiled for ``f`` (``clear_cache(f)``), or None (everything). For tables kept outside
-    the owners' own (the CUDA target's), so that they let go of what they hold too."""
-    _CLEAR_HOOKS.append(hook)
+def clear_with_the_engine(*names):
+    """Have ``clear_cache`` empty the tables called ``names`` on the owners it clears, as it does
+    its own: the tables another target (numbarules.cuda) keeps on the same objects."""
+    _TARGET_TABLES.extend(names)
 
 
 def clear_cache(f=None, disk=False):
@@ -454,20 +453,16 @@ def clear_cache(f=None, disk=False):
             owners = _owners_of(f)
             invalidate([n for o in owners for n in _nodes_held_by(o)])
             for o in owners:
-                for name in _TABLES:
+                for name in _TABLES + tuple(_TARGET_TABLES):
                     found = registry.peek(o, name)
                     if found is not None and name != "_nr_decisions":
                         found.clear()
-            for hook in _CLEAR_HOOKS:
-                hook(owners)
             return
         invalidate(all_nodes())
-        registry.clear(_TABLES)
+        registry.clear(_TABLES + tuple(_TARGET_TABLES))
         _counts.clear()
         _by_function.clear()
         _by_owner.clear()
-        for hook in _CLEAR_HOOKS:
-            hook(None)
 
 
 def _owners_of(f):

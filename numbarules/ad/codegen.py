@@ -28,7 +28,6 @@ from .checkpointing import CheckpointedLoops
 from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
-from .tape import _TAPE_KEYS
 from .tape import Saves
 from .dataflow import branch_key, part_of
 from .kinds import holds_arrays, is_float_array
@@ -325,17 +324,6 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         elif isinstance(s, ir.Return):
             res = ", ".join(self.residuals) + ("," if len(self.residuals) == 1 else "")
             out.add(f"return {s.value.src()}, ({res})")
-
-    def taped_residuals(self, cp):
-        """The types of a rule's residuals when they are a plain tuple of numbers: saved on the
-        number tapes (pushed one by one, popped in reverse), not on a typed list per call site,
-        whose methods Numba compiles for each element type (0.27 s of a 0.42 s first gradient
-        of a loop calling a rule). Else None."""
-        t = cp.residuals
-        if type(t) not in (nbt.UniTuple, nbt.Tuple) or not len(t):
-            return None
-        parts = tuple(t)
-        return parts if all(p in _TAPE_KEYS for p in parts) else None
 
     def rule_site(self, e):
         """The residual name of a call whose rule's residuals are saved, or None."""

@@ -19,31 +19,16 @@ from .gradients import grad, value_and_grad
 import sys as _sys
 
 from .. import cache as _cache
-from .. import registry as _registry
 
 # the module, not the function of the same name this package exports
 _map_grad_module = _sys.modules[__name__ + ".map_grad"]
 
 
-#: The device tables, kept on the objects they are about like the CPU's (numbarules.registry).
-_TABLES = (methods.SPECS, methods.HELPER, _grad.VJPS, _grad.GRADIENTS, _map_grad_module.MAPS)
-
-
-def _forget(owners):
-    """``nr.clear_cache`` for the device tables: everything (``owners`` None) or what
-    ``owners`` hold (a function, its methods, rules and gradient objects). The device vjps of
-    an AD specialization go with it (they live on it, and their nodes call its node)."""
-    if owners is None:
-        _registry.clear(_TABLES)
-        return
-    for owner in owners:
-        for name in _TABLES:
-            found = _registry.peek(owner, name)
-            if found is not None:
-                found.clear()
-
-
-_cache.on_clear(_forget)
+# The device tables live on the objects they are about, like the CPU's (numbarules.registry);
+# nr.clear_cache empties them with its own. A device vjp lives on its AD specialization and its
+# node calls the specialization's: it goes with it.
+_cache.clear_with_the_engine(methods.SPECS, methods.HELPER, _grad.VJPS, _grad.GRADIENTS,
+                             _map_grad_module.MAPS)
 
 if glue.SIMULATOR:
     from . import simulator  # noqa: F401 - simulator arrays passed to compiled CPU code

@@ -74,16 +74,20 @@ def _first_line(exc):
     return text
 
 
-def _call(obj, prog, f, args):
-    """``obj(*args)`` with the arguments the program gives defaults equal to their values left
-    out: those before the first one omitted by position, the others by name."""
+def _call(obj, prog, f, args, by_name=False):
+    """``obj(*args)`` as the fuzzer checks it: the arguments whose defaults are their values left
+    out (``Program.omitting_call``), and with ``by_name`` every argument by its name, where
+    ``f``'s gradients take names (Numba's C dispatcher binds them)."""
     names = _keywords(f, len(args))
-    omitted = [k for k, spec in enumerate(prog.args_spec) if spec.omit]
-    if not omitted or not names:
+    if not names:
         return obj(*args)
-    first = omitted[0]
-    return obj(*args[:first], **{names[k]: args[k] for k in range(first + 1, len(args))
-                                  if not prog.args_spec[k].omit})
+    if by_name:
+        return obj(**{names[k]: a for k, a in enumerate(args) if not prog.args_spec[k].omit})
+    call = prog.omitting_call()
+    if call is None:
+        return obj(*args)
+    first, named = call
+    return obj(*args[:first], **{names[k]: args[k] for k in named})
 
 
 def _keywords(f, n):
@@ -212,14 +216,8 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         t3 = time.perf_counter()
         res.stages[key + "pullback"] = t3 - t2
         args = prog.args(attempt)
-        # by keyword where the entry takes them: Numba's C dispatcher binds the names
-        names = _keywords(f, len(args))
         vg = nr.value_and_grad(f, argnums=argnums)
-        if names:
-            y_vg, g_vg = vg(**{n: a for n, a, spec in zip(names, args, prog.args_spec)
-                               if not spec.omit})
-        else:
-            y_vg, g_vg = vg(*args)
+        y_vg, g_vg = _call(vg, prog, f, args, by_name=True)
         _same_args(prog, attempt, args, "nr.value_and_grad")
         res.stages[key + "value_and_grad"] = time.perf_counter() - t3
         if before is not None:

@@ -78,15 +78,22 @@ class Program:
         rng = np.random.default_rng([self.seed & 0xFFFFFFFF, self.index, attempt])
         return "(" + "".join(_value_source(a, rng) + ", " for a in self.args_spec) + ")"
 
-    def _omitting_call(self, nums):
-        """The reproducer's line for the call the fuzzer checks with defaults left out (the
-        arguments after the first omitted one by name), or nothing."""
+    def omitting_call(self):
+        """How the fuzzer calls ``f`` leaving out the arguments whose defaults are their values:
+        (how many it passes by position, the positions it passes by name after them), or None
+        when nothing is left out."""
         omitted = [k for k, a in enumerate(self.args_spec) if a.omit]
         if not omitted:
-            return ""
+            return None
         first = omitted[0]
-        rest = "".join(f", {a.name}=args[{k}]" for k, a in enumerate(self.args_spec)
-                       if k > first and not a.omit)
+        return first, [k for k, a in enumerate(self.args_spec) if k > first and not a.omit]
+
+    def _omitting_call_line(self, nums):
+        call = self.omitting_call()
+        if call is None:
+            return ""
+        first, named = call
+        rest = "".join(f", {self.args_spec[k].name}=args[{k}]" for k in named)
         return (f"    print('grad, defaults left out:', nr.grad(f, argnums={nums!r})"
                 f"(*args[:{first}]{rest}))\n")
 
@@ -100,7 +107,7 @@ class Program:
                 f"    args = {self.args_source(attempt)}\n"
                 f"    print('python:', f(*args))\n"
                 f"    print('grad:', nr.grad(f, argnums={nums!r})(*args))\n"
-                + self._omitting_call(nums) +
+                + self._omitting_call_line(nums) +
                 "    y, pb = nr.pullback(f, *args)\n"
                 "    print('pullback:', y, pb(1.0))\n"
                 + ("" if "def world_change" not in self.source else
