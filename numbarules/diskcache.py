@@ -80,7 +80,14 @@ def environment():
                 h.update(fh.read())
         _ENVIRONMENT = (h.hexdigest(), sys.version, np.__version__,
                         *numba_glue.persist.versions(), numba_glue.persist.target_magic())
-    return _ENVIRONMENT + (_numba_settings(),)      # settings as they are now: they may change
+    return _ENVIRONMENT + (_numba_settings(), _own_settings())   # as they are now: they may change
+
+
+def _own_settings():
+    """numbarules' environment switches that change the generated code (the reverse loops'
+    gather, the tapes' balance checks)."""
+    return tuple((name, os.environ.get(name, "")) for name in ("NUMBARULES_GATHER",
+                                                               "NUMBARULES_CHECKS"))
 
 
 def _numba_settings():

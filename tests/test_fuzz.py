@@ -47,6 +47,9 @@ CONSTRUCTS = {
     "world: rule": 1, "world: vector": 1, "world: write": 3, "world call: helper": 3,
     "world call: loop": 4, "world call: branch": 3,
     "default parameter, omitted": 4, "default parameter, passed": 6,
+    "stencil loop nest, 2-D": 20, "stencil loop, 1-D": 6,
+    "stencil loop, 1-D in a time loop with a swap": 2,
+    "stencil loop reading x[i - 1] at i = 0 (wraps)": 1,
 }
 
 

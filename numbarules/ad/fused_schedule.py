@@ -4,7 +4,10 @@ Legal when ``fusion.fusion`` says so (ad/fusion.py states the rule); then a redu
 no tape, or a tape of one iteration ("tape mode"). The code of that schedule.
 """
 
-from . import fusion, ir
+import re
+
+from . import fusion, gather, ir
+from .dataflow import stmt_reads
 from .emit import _Out
 
 
@@ -69,10 +72,12 @@ class FusedVjp:
             out.indent -= 1
         else:
             self.fusing = True
+            self.top_fused_loop = loop
             try:
                 self.fused_loop(loop, out)
             finally:
                 self.fusing = False
+                self.top_fused_loop = None
         self.block_fwd(post[:-1], out, reserved=False)
         self.block_rev(pre, out)
         tangents = self.tangents(reads)
@@ -88,6 +93,8 @@ class FusedVjp:
                 + "\n".join(out.lines) + "\n")
 
     def fused_loop(self, loop, out):
+        if self.gathered_loop(loop, out):
+            return
         out.comment(self.fn, loop.line)
         out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
         out.indent += 1
@@ -104,3 +111,69 @@ class FusedVjp:
         if all(line.strip().startswith("#") for line in out.lines[n:]):
             out.add("pass")
         out.indent -= 1
+
+    def gathered_loop(self, loop, out):
+        """A stencil-shaped reduction loop in two passes: the forward loop, then its reverse as
+        a gather (ad/gather.py), which vectorises where the fused pass's scatter (``g[i] += a;
+        g[i + 1] += b``) carried a dependence from one iteration to the next. Whether it applies
+        is decided on the text of the reverse loop written the two-kernel way, with each
+        iteration's forward values recomputed; the accumulators' own statements stay in the
+        forward loop only (the reverse never reads them: ad/fusion.py)."""
+        if self.device is not None or loop is not self.top_fused_loop or loop.step != ir.Const(1) \
+                or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body) \
+                or not gather.GATHER or self.loop_views(loop):
+            return False
+        assigned = {x.target for x in loop.body if isinstance(x, ir.Assign)}
+        carried = {v for v in assigned if fusion.exposed(loop.body, v)[0]}
+        # the gathered reverse leaves the loop's names as the scatter would (its first
+        # iteration's values), not as the forward loop did: nothing after the loop may read them
+        at = next(k for k, x in enumerate(self.fn.body) if x is loop)
+        later = set().union(*[stmt_reads(x) for x in ir.walk(self.fn.body[at + 1:])])
+        if later & ((assigned - carried) | {loop.var}):
+            return False
+        local = [x for x in loop.body if not (isinstance(x, ir.Assign) and (
+            x.target in carried or carried & {a.id for a in x.expr.atoms()
+                                              if isinstance(a, ir.Name)}))]
+        if any(isinstance(x, ir.Store) for x in local):
+            return False
+        dropped = assigned - {x.target for x in local if isinstance(x, ir.Assign)}
+        n, j = f"_n{loop.id}", f"_j{loop.id}"
+        trial = _Out()
+        trial.indent = out.indent
+        trial.add(f"{j} = {n} - 1")
+        trial.add(f"while {j} >= 0:")
+        trial.indent += 1
+        trial.add(f"{loop.var} = {ir.affine_src(loop.start, j, loop.step)}")
+        for x in local:
+            self.stmt_fwd(x, trial, True)
+        first_rev = len(trial.lines)
+        for x in reversed(loop.body):
+            if id(x) in self.plan.reverse_relevant:
+                self.stmt_rev(x, trial)
+        # An accumulator's adjoint is the same in every iteration (ad/fusion.py): its reverse
+        # takes it out and adds it back (``_g = d_s; d_s = -0.0; ...; d_s += _g``); the
+        # gathered reverse only reads it.
+        for v in carried:
+            dv = self.names.adj.get(v)
+            if dv is not None:
+                trial.lines[first_rev:] = [
+                    line for line in trial.lines[first_rev:]
+                    if not re.fullmatch(rf"\s*{re.escape(dv)} (= -0\.0|\+= .*)", line)]
+        reverse_text = "\n".join(trial.lines[first_rev:])
+        if any(re.search(rf"\b{re.escape(v)}\b", reverse_text) for v in dropped):
+            return False
+        trial.add(f"{j} -= 1")
+        lines = [line for line in trial.lines if not line.strip().startswith("#")]
+        trial.lines = lines
+        if not gather.rewrite(self, trial, 0, [loop]):
+            return False
+        out.comment(self.fn, loop.line)
+        out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
+        out.indent += 1
+        for x in loop.body:
+            self.stmt_fwd(x, out, True)
+        out.indent -= 1
+        out.add(f"{n} = _trip({loop.start.src()}, {loop.stop.src()}, 1)")
+        for line in trial.lines:
+            out.lines.append(line)
+        return True

@@ -80,11 +80,14 @@ def no_value(message, fire):
     return 0.0
 
 
+_apart = intrinsics.apart               # _apart(a, b): a and b share no memory (ad/gather.py)
+
+
 _copy_into = intrinsics.copy_into      # _copy_into(a, src): a checkpointed loop's LOAD
 
 
 HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv_start, "_rv_next": _rv_next, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
-           "_trip": _trip, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
+           "_trip": _trip, "_apart": _apart, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
            "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_np": np}
 
 

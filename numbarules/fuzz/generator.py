@@ -43,6 +43,7 @@ from .expressions import Expressions
 from .program import Arg, Program
 from .refusals import Refusals
 from .statements import Statements
+from .stencils import Stencils
 from .timeloops import TimeLoops
 from .world import World
 
@@ -81,6 +82,9 @@ FEATURES = {
     "layouts": "array arguments Fortran-ordered, transposed, strided and reversed",
     "refusals": "constructs the README lists as refused (must be refused cleanly or "
                 "differentiated right)",
+    "stencils": "element loops reading neighbours (x[i - 1], x[i + 1], 1-D and 2-D nests, some "
+                "in a time loop with a buffer swap, some wrapping at i = 0): the reverse the "
+                "engine writes as a gather",
     "world": "a generic function of the program's own whose methods or rules change after the "
              "first gradients (a more specific method, a replaced method, an int result that "
              "becomes a float, a rule, a method that starts writing into its argument); the "
@@ -91,6 +95,10 @@ FEATURES = {
 #: stream of its own and its statement comes last, so every other program of a seed is the same
 #: as before the group existed (reproducers keep working).
 WORLD_CHANCE = 0.15
+
+#: How often a program gets the ``stencils`` group: from a stream of its own, its statement last
+#: but the world group's, like the world group (the rest of each program is unchanged).
+STENCILS_CHANCE = 0.3
 
 #: How often the entry function's trailing parameters get defaults (``draw_defaults``): from a
 #: random stream of their own, like the world group's, so the rest of each program is unchanged.
@@ -128,7 +136,8 @@ import numbarules as nr
 """
 
 
-class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusals, World):
+class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Stencils, Refusals,
+                World):
     MAX_STATEMENTS = 25
 
     def __init__(self, seed, index, features=None):
@@ -142,7 +151,8 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusal
         # the world group draws from a stream of its own (see WORLD_CHANCE)
         self.world_r = random.Random(f"numbarules-fuzz-world:{seed}:{index}")
         self.defaults_r = random.Random(f"numbarules-fuzz-defaults:{seed}:{index}")
-        main = tuple(f for f in enabled if f != "world")
+        self.stencils_r = random.Random(f"numbarules-fuzz-stencils:{seed}:{index}")
+        main = tuple(f for f in enabled if f not in ("world", "stencils"))
         if len(main) <= 2:
             chosen = list(main)
         else:
@@ -151,6 +161,8 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusal
                 chosen = [self.r.choice(main)]
             if len(chosen) > 6:      # small programs: compiles are the cost
                 chosen = [f for f in chosen if f in self.r.sample(chosen, 6)]
+        if "stencils" in enabled and (features or self.stencils_r.random() < STENCILS_CHANCE):
+            chosen.append("stencils")
         if "world" in enabled and (features or self.world_r.random() < WORLD_CHANCE):
             chosen.append("world")
         self.features = tuple(chosen)
@@ -257,7 +269,7 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusal
         self.declare("s", "f")
         # each drawn feature gets its own statement(s), in random order with core statements
         # between them; then random statements up to the target size
-        seeds = [f for f in self.features if f != "world"]
+        seeds = [f for f in self.features if f not in ("world", "stencils")]
         self.r.shuffle(seeds)
         for f in seeds:
             if self.nstmts >= self.MAX_STATEMENTS:
@@ -268,6 +280,10 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Refusal
         target = self.r.randint(5, 12)
         while self.nstmts < target:
             self.statement(ctx)
+        if self.has("stencils"):
+            main_r, self.r = self.r, self.stencils_r
+            self.s_stencil(ctx)
+            self.r = main_r
         if self.has("world"):
             main_r, self.r = self.r, self.world_r
             self.s_world(ctx)

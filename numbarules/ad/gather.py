@@ -1,0 +1,576 @@
+"""The reverse of a stencil loop nest as a gather, so that LLVM vectorises it.
+
+The reverse of ``for i: v[i] = u[i - 1] + u[i + 1]`` scatters: iteration ``i`` adds into
+``d_u[i - 1]`` and ``d_u[i + 1]``, and the next iteration reads back what this one wrote, a
+dependence between iterations that keeps LLVM's loop vectoriser away (reaction-diffusion's reverse
+sweep ran at 1/7 of its primal's speed). The same sums can be taken the other way round: for
+each element ``p`` of ``d_u``, add what every iteration ``m = p - o`` gave it, one term per
+offset ``o`` of the stencil. Each element is then written once, iterations are independent and
+the loop vectorises. A scalar adjoint accumulated in a 2-D nest (``d_k += ...``) is summed in one
+lane per column and the lanes added at the end, so no chain of additions runs through the nest.
+
+The rewrite works on the emitted reverse loops (text, parsed with ``ast``) and applies only to a
+shape it can check completely:
+
+- one range loop or a nest of two with step 1, whose inner bounds do not change across the outer
+  loop (checked on the IR by ``nest_of``), nothing pushed or popped inside but the inner trip
+  counts, no views or snapshots;
+- a body of assignments of pure expressions to names set once per iteration and read only after
+  they are set (no value carried between iterations), element accumulations
+  ``d_x[i + a, j + b] = d_x[i + a, j + b] + e`` into float64 adjoint arrays (not read otherwise),
+  reads and zeroings of adjoint arrays at the iteration's own element, and scalar accumulations
+  ``d_k += e`` into names the body does not otherwise touch.
+
+At run time a guard checks that every trip count is positive, that the gathered elements are in
+bounds without negative-index wraparound, and that each written array shares no memory with an
+array the body reads (``runtime._apart``); otherwise the scatter, kept beside it, runs. The sums
+are the same numbers added in another order: array elements within a few ulp of the scatter,
+lane sums within (rows + columns) rounding steps of the terms' magnitudes instead of (rows x
+columns). ``NUMBARULES_GATHER=0`` turns the rewrite off; tests set ``GATHER`` to compare both.
+"""
+
+import ast
+import os
+import re
+import textwrap
+
+from numba import types as nbt
+
+from . import ir
+
+#: ``NUMBARULES_GATHER=0`` in the environment turns the rewrite off (part of the disk cache's key).
+GATHER = os.environ.get("NUMBARULES_GATHER", "1").strip().lower() not in ("0", "false", "no", "off")
+
+_PURE_MODULES = {"_math", "math", "_np", "np"}
+_PURE_NAMES = {"abs", "min", "max", "float", "int"}
+
+
+# --- the IR side: which loops may be rewritten -----------------------------------------------
+
+
+def nest_of(gen, s):
+    """The loop nest rooted at ``s`` when its reverse may become a gather, else ``None``."""
+    if not GATHER or gen.device is not None or gen.fusing or s.snapshots is not None:
+        return None
+    if s.step != ir.Const(1) or gen.loop_views(s):
+        return None
+    body = list(s.body)
+    loops = [s]
+    if not _straight(body):
+        if not body or not isinstance(body[-1], ir.For):
+            return None
+        inner = body[-1]
+        if not all(isinstance(x, ir.Assign) for x in body[:-1]) or not _straight(inner.body):
+            return None
+        if inner.step != ir.Const(1) or inner.snapshots is not None or gen.loop_views(inner) \
+                or gen.snapshots(inner) or id(inner) in gen.plan.pushes:
+            return None
+        set_in_nest = {s.var, inner.var} | {x.target for x in ir.walk(body) if isinstance(x, ir.Assign)}
+        hoisted = {x.target: x for x in body[:-1]}
+        for a in (inner.start, inner.stop):
+            if not _invariant(a, set_in_nest, hoisted):
+                return None
+        loops.append(inner)
+    for x in ir.walk(s.body):
+        if id(x) in gen.plan.pushes and not (isinstance(x, ir.Store) and gen.snapshotted(x)):
+            return None
+    return loops
+
+
+def _straight(stmts):
+    return all(isinstance(x, (ir.Assign, ir.Store)) for x in stmts)
+
+
+def _invariant(a, set_in_nest, hoisted):
+    """Whether atom ``a`` has one value for the whole nest: a constant, a name the nest does not
+    set, or a name set before the inner loop from such names."""
+    if isinstance(a, ir.Const) or a.id not in set_in_nest:
+        return True
+    x = hoisted.get(a.id)
+    return x is not None and all(isinstance(b, ir.Const) or b.id not in set_in_nest
+                                 for b in x.expr.atoms())
+
+
+# --- the text side: read the emitted scatter, write the gather -------------------------------
+
+
+def rewrite(gen, out, start, loops):
+    """Replace ``out.lines[start:]`` (the scatter reverse of ``loops``) with a guarded gather
+    and the scatter as its fallback, when the emitted body has the shape described above."""
+    lines = out.lines[start:]
+    if not lines:
+        return False
+    pad = len(lines[0]) - len(lines[0].lstrip())
+    try:
+        tree = ast.parse(textwrap.dedent("\n".join(lines)))
+    except SyntaxError:
+        return False
+    nest = _read_nest(tree.body, len(loops))
+    if nest is None:
+        return False
+    plan = _Plan.of(gen, nest)
+    if plan is None:
+        return False
+    text = plan.emit(loops[0].id, lines, pad)
+    out.lines[start:] = text
+    return True
+
+
+class _Nest:
+    def __init__(self):
+        self.vars, self.starts, self.counts, self.js = [], [], [], []
+        self.body = []        # prefix (outer level) + innermost statements, in order
+        self.pops = []        # the inner trip count's pop after each inner loop: (k, tape, n)
+
+
+def _read_nest(stmts, depth):
+    """The loop variables, starts, trip counts and body of the emitted reverse nest
+    (``codegen.stmt_rev_body``: ``_jN = _nN - 1; while _jN >= 0: var = start + _jN ...``)."""
+    nest = _Nest()
+    level = stmts
+    for d in range(depth):
+        if len(level) < 2 or not _is_counter_init(level[0]) or not isinstance(level[1], ast.While):
+            return None
+        j, n = level[0].targets[0].id, level[0].value.left.id
+        loop = level[1]
+        t = loop.test
+        if not (isinstance(t, ast.Compare) and _is_name(t.left, j) and isinstance(t.ops[0], ast.GtE)
+                and _is_const(t.comparators[0], 0)) or loop.orelse:
+            return None
+        rest = level[2:]
+        if d == 0 and rest:
+            return None
+        if d > 0:
+            pops = rest
+            if pops:
+                if len(pops) != 2 or not _is_pop(pops, n):
+                    return None
+                nest.pops = [(pops[0].target.id, pops[1].value.value.id, n)]
+        b = loop.body
+        if not b or not _is_var_init(b[0], j) or not _is_decrement(b[-1], j):
+            return None
+        var, start = b[0].targets[0].id, b[0].value
+        nest.vars.append(var)
+        nest.starts.append("0" if _is_name(start, j) else ast.unparse(start.left))
+        nest.counts.append(n)
+        nest.js.append(j)
+        inner = b[1:-1]
+        if d + 1 < depth:
+            k = next((i for i, x in enumerate(inner) if _is_counter_init(x)), None)
+            if k is None:
+                return None
+            nest.body += inner[:k]
+            level = inner[k:]
+            # after the inner while: its pops, then nothing else of the outer iteration
+            w = next((i for i, x in enumerate(level) if isinstance(x, ast.While)), None)
+            if w != 1:
+                return None
+        else:
+            nest.body += inner
+    return nest
+
+
+def _is_name(e, name=None):
+    return isinstance(e, ast.Name) and (name is None or e.id == name)
+
+
+def _is_const(e, value):
+    return isinstance(e, ast.Constant) and type(e.value) is type(value) and e.value == value
+
+
+def _is_counter_init(x):
+    return (isinstance(x, ast.Assign) and len(x.targets) == 1 and _is_name(x.targets[0])
+            and isinstance(x.value, ast.BinOp) and isinstance(x.value.op, ast.Sub)
+            and _is_name(x.value.left) and _is_const(x.value.right, 1)
+            and x.targets[0].id.startswith("_j") and x.value.left.id.startswith("_n"))
+
+
+def _is_var_init(x, j):
+    if not (isinstance(x, ast.Assign) and len(x.targets) == 1 and _is_name(x.targets[0])):
+        return False
+    v = x.value
+    if _is_name(v, j):
+        return True
+    return (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add) and _is_name(v.right, j)
+            and isinstance(v.left, (ast.Name, ast.Constant)))
+
+
+def _is_decrement(x, j):
+    return (isinstance(x, ast.AugAssign) and _is_name(x.target, j) and isinstance(x.op, ast.Sub)
+            and _is_const(x.value, 1))
+
+
+def _is_pop(pops, n):
+    a, b = pops
+    return (isinstance(a, ast.AugAssign) and _is_name(a.target) and isinstance(a.op, ast.Sub)
+            and _is_const(a.value, 1) and isinstance(b, ast.Assign) and len(b.targets) == 1
+            and _is_name(b.targets[0], n) and isinstance(b.value, ast.Subscript)
+            and _is_name(b.value.value) and _is_name(b.value.slice, a.target.id))
+
+
+def _pure(e):
+    """Whether expression ``e`` has no effect and calls nothing but math: what may be evaluated
+    again, in another order, for another iteration."""
+    for x in ast.walk(e):
+        if isinstance(x, ast.Call):
+            f = x.func
+            ok = (isinstance(f, ast.Attribute) and _is_name(f.value) and f.value.id in _PURE_MODULES) \
+                or (_is_name(f) and f.id in _PURE_NAMES)
+            if not ok or x.keywords:
+                return False
+        elif isinstance(x, (ast.Slice, ast.Starred, ast.Lambda, ast.NamedExpr, ast.Await,
+                            ast.Yield, ast.YieldFrom, ast.ListComp, ast.GeneratorExp,
+                            ast.DictComp, ast.SetComp, ast.JoinedStr, ast.List, ast.Dict, ast.Set)):
+            return False
+    return True
+
+
+def _index(sub):
+    """The index of a subscript as a list of its parts (names or constants), or None."""
+    s = sub.slice
+    parts = list(s.elts) if isinstance(s, ast.Tuple) else [s]
+    return parts if all(isinstance(p, (ast.Name, ast.Constant)) for p in parts) else None
+
+
+class _Site:
+    def __init__(self, array, offsets, expr, sign, position):
+        self.array, self.offsets, self.expr, self.sign = array, offsets, expr, sign
+        self.position = position      # its statement's place in the body (for its slice)
+
+
+class _Plan:
+    """The classified body of one nest and the gather written from it."""
+
+    @classmethod
+    def of(cls, gen, nest):
+        p = cls()
+        p.gen, p.nest = gen, nest
+        return p if p._classify() else None
+
+    def _classify(self):
+        nest = self.nest
+        depth = len(nest.vars)
+        self.defs = {}            # name -> position of its one assignment
+        self.sites = []           # element accumulations
+        self.zeros = []           # (array, position) zeroed at the iteration's own element
+        self.scalars = []         # (name, expr, sign, position)
+        loaded_arrays = []        # (array, index parts) read anywhere but in an accumulation
+        for pos, x in enumerate(nest.body):
+            if isinstance(x, ast.Assign) and len(x.targets) == 1 and _is_name(x.targets[0]):
+                name = x.targets[0].id
+                if name in self.defs or name in nest.vars or not _pure(x.value):
+                    return False
+                self.defs[name] = pos
+                loaded_arrays += _subscripts(x.value)
+            elif isinstance(x, ast.Assign) and len(x.targets) == 1 \
+                    and isinstance(x.targets[0], ast.Subscript) and _is_name(x.targets[0].value):
+                tgt = x.targets[0]
+                idx = _index(tgt)
+                if idx is None:
+                    return False
+                v = x.value
+                if _is_const(v, 0.0):
+                    self.zeros.append((tgt.value.id, idx, pos))
+                elif isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Add, ast.Sub)) \
+                        and isinstance(v.left, ast.Subscript) \
+                        and ast.dump(v.left) == ast.dump(ast.Subscript(tgt.value, tgt.slice, ast.Load())) \
+                        and _pure(v.right):
+                    self.sites.append(_Site(tgt.value.id, idx, v.right,
+                                            "+" if isinstance(v.op, ast.Add) else "-", pos))
+                    loaded_arrays += _subscripts(v.right)
+                else:
+                    return False
+            elif isinstance(x, ast.AugAssign) and _is_name(x.target) \
+                    and isinstance(x.op, (ast.Add, ast.Sub)) and _pure(x.value):
+                self.scalars.append((x.target.id, x.value,
+                                     "+" if isinstance(x.op, ast.Add) else "-", pos))
+                loaded_arrays += _subscripts(x.value)
+            else:
+                return False
+        # no value carried from one iteration to the next: a name is read only after it is set
+        seen = set()
+        for pos, x in enumerate(nest.body):
+            for name in _loaded_names(x):
+                if name in self.defs and name not in seen:
+                    return False
+            if isinstance(x, ast.Assign) and _is_name(x.targets[0]):
+                seen.add(x.targets[0].id)
+        acc_names = {a for a, _, _, _ in self.scalars}
+        if acc_names & set(self.defs) or any(a in nest.vars for a in acc_names):
+            return False
+        for x in nest.body:
+            if acc_names & _loaded_names(x, skip_aug_target=True):
+                return False
+        for name in acc_names:
+            if self._type(name) != nbt.float64:
+                return False
+        # element accumulations: full-rank float64 adjoint arrays at loop variable + constant
+        written = {s.array for s in self.sites}
+        zeroed = {a for a, _, _ in self.zeros}
+        if written & zeroed or written & set(self.defs) or zeroed & set(self.defs):
+            return False
+        for site in self.sites:
+            offs = [self._affine(p) for p in site.offsets]
+            if any(o is None for o in offs) or [k for k, _ in offs] != list(range(depth)):
+                return False
+            site.offsets = [c for _, c in offs]
+            t = self._type(site.array)
+            if not (isinstance(t, nbt.Array) and t.ndim == depth and t.dtype == nbt.float64):
+                return False
+        for array, idx, _ in self.zeros:
+            if [self._affine(p) for p in idx] != [(k, 0) for k in range(depth)]:
+                return False
+        self.read = []
+        for array, idx in loaded_arrays:
+            if array in written:
+                return False
+            if array in zeroed and [self._affine(p) for p in idx] != [(k, 0) for k in range(depth)]:
+                return False
+            if array not in self.read:
+                self.read.append(array)
+        for array in sorted(zeroed) + self.read:
+            t = self._type(array)
+            if t is None:
+                return False
+        # Constant starts, and no gathered index below zero: where the scatter writes x[i - 1]
+        # at i = 0 it means Python's x[-1], which the gather would not.
+        if not all(x.lstrip("-").isdigit() for x in nest.starts):
+            return False
+        for site in self.sites:
+            if any(int(nest.starts[k]) + site.offsets[k] < 0 for k in range(depth)):
+                return False
+        if self.scalars and any(int(x) < 0 for x in nest.starts):
+            return False
+        # Worth it where the scatter carries a dependence that the gather removes: a neighbour
+        # written. Scalars are summed in lanes in a 2-D nest; in a single loop they would keep
+        # their chain (measured: the 1-D wave's reverse, one sum and two arrays, gained nothing).
+        if not any(any(site.offsets) for site in self.sites):
+            return False
+        return depth == 2 or not self.scalars
+
+    def _type(self, name):
+        gen = self.gen
+        if name in gen.names.adj.values():
+            name = gen.names.primal_of(name)
+        return gen.types.get(name)
+
+    def _affine(self, part):
+        """``(k, c)``: ``part`` is loop variable ``k`` plus ``c``; else None."""
+        vars_ = self.nest.vars
+        if _is_name(part) and part.id in vars_:
+            return vars_.index(part.id), 0
+        if not _is_name(part) or part.id not in self.defs:
+            return None
+        e = self.nest.body[self.defs[part.id]].value
+        if not isinstance(e, ast.BinOp) or not isinstance(e.op, (ast.Add, ast.Sub)):
+            return None
+        a, b = e.left, e.right
+        if _is_name(a) and a.id in vars_ and isinstance(b, ast.Constant) and type(b.value) is int:
+            return vars_.index(a.id), (b.value if isinstance(e.op, ast.Add) else -b.value)
+        if isinstance(e.op, ast.Add) and _is_name(b) and b.id in vars_ \
+                and isinstance(a, ast.Constant) and type(a.value) is int:
+            return vars_.index(b.id), a.value
+        return None
+
+    # --- writing ---
+
+    def _slice(self, exprs, upto):
+        """The statements (before position ``upto``) that compute the names ``exprs`` read."""
+        need = set()
+        for e in exprs:
+            need |= _names_in(e)
+        keep = []
+        for pos in range(upto - 1, -1, -1):
+            x = self.nest.body[pos]
+            if isinstance(x, ast.Assign) and _is_name(x.targets[0]) and x.targets[0].id in need:
+                keep.append(pos)
+                need |= _names_in(x.value)
+        return [ast.unparse(self.nest.body[pos]) for pos in sorted(keep)]
+
+    def emit(self, sid, original, pad):
+        nest = self.nest
+        depth = len(nest.vars)
+        lo, n, v = nest.starts, nest.counts, nest.vars
+        m = [f"_m{sid}_{k}" for k in range(depth)]
+        q = [f"_q{sid}_{k}" for k in range(depth)]
+        g = f"_g{sid}"
+        out = []
+
+        def add(level, text):
+            out.append(" " * (pad + 4 * level) + text)
+
+        def plus(a, b):
+            return b if a == "0" else f"{a} + {b}"
+
+        def shift(a, c):
+            """``a + c`` for a constant ``c``, folded where ``a`` starts with a number."""
+            head, sep, tail = a.partition(" + ")
+            if head.lstrip("-").isdigit():
+                k = int(head) + c
+                return (tail if k == 0 else f"{k} + {tail}") if sep else str(k)
+            return a if c == 0 else f"{a} {'+' if c > 0 else '-'} {abs(c)}"
+
+        def in_box(k):
+            return f"{v[k]} >= {lo[k]} and {v[k]} < {plus(lo[k], n[k])}"
+
+        conds = [f"{c} > 0" for c in n]
+        for w, array in enumerate(dict.fromkeys(s.array for s in self.sites)):
+            offs = [s.offsets for s in self.sites if s.array == array]
+            if w == 0 and self.scalars:
+                offs.append([0] * depth)     # the scalars' lanes ride with its offset 0
+            for k in range(depth):
+                lo_k, hi_k = min(o[k] for o in offs), max(o[k] for o in offs)
+                conds.append(f"{shift(plus(lo[k], n[k]), hi_k)} <= {array}.shape[{k}]")
+            for other in [a for a, _, _ in self.zeros] + self.read:
+                if isinstance(self._type(other), nbt.Array):
+                    conds.append(f"_apart({array}, {other})")
+        add(0, f"{_HEAD}: each adjoint element written once, so the loop vectorises")
+        add(0, "# (ad/gather.py); the scatter below runs where arrays may overlap or a loop is empty")
+        add(0, f"if {' and '.join(dict.fromkeys(conds))}:")
+
+        def loops(level, names, ranges):
+            for k in range(depth):
+                add(level + k, f"for {names[k]} in range({ranges[k]}):")
+            return level + depth
+
+        # In a 2-D nest the scalar accumulations ride along with the first written array's own
+        # iteration (offset 0), one lane per column, the lanes added up at the end: no chain of
+        # additions runs through the loop.
+        lanes = {a: f"_l{sid}_{k}" for k, a in
+                 enumerate(dict.fromkeys(a for a, _, _, _ in self.scalars))}
+        for name in lanes.values():
+            add(1, f"{name} = _tape({n[1]}, _np.float64)")
+        if lanes:
+            add(1, f"for {m[1]} in range({n[1]}):")
+            for name in lanes.values():
+                add(2, f"{name}[{m[1]}] = 0.0")
+
+        # each written array: for each of its elements, the terms of the iterations that reach it
+        for w, array in enumerate(dict.fromkeys(s.array for s in self.sites)):
+            mine = [s for s in self.sites if s.array == array]
+            groups = list(dict.fromkeys(tuple(s.offsets) for s in mine))
+            if w == 0 and lanes and (0,) * depth not in groups:
+                groups.append((0,) * depth)
+            ext = []
+            for k in range(depth):
+                lo_k, hi_k = min(o[k] for o in groups), max(o[k] for o in groups)
+                ext.append((lo_k, f"{n[k]} + {hi_k - lo_k}" if hi_k > lo_k else n[k]))
+            at_q = [shift(plus(lo[k], m[k]), ext[k][0]) for k in range(depth)]
+            names = [m[k] if at_q[k] == m[k] else q[k] for k in range(depth)]
+            lvl = loops(1, m, [e for _, e in ext])
+            for k in range(depth):
+                if names[k] != m[k]:
+                    add(lvl, f"{q[k]} = {at_q[k]}")
+            add(lvl, f"{g} = 0.0")
+            for offs in groups:
+                group = [s for s in mine if tuple(s.offsets) == offs]
+                sums = [(a, e, sign) for a, e, sign, _ in self.scalars] \
+                    if w == 0 and offs == (0,) * depth else []
+                for k in range(depth):
+                    add(lvl, f"{v[k]} = {shift(names[k], -offs[k])}")
+                add(lvl, f"if {' and '.join(in_box(k) for k in range(depth))}:")
+                upto = max([s.position for s in group] + [p for _, _, _, p in self.scalars if sums])
+                for line in self._slice([s.expr for s in group] + [e for _, e, _ in sums], upto + 1):
+                    add(lvl + 1, line)
+                if group:
+                    terms = " ".join(f"{s.sign} {_term(s.expr)}" for s in group)
+                    add(lvl + 1, f"{g} = {g} {terms}")
+                for a, e, sign in sums:
+                    at = f"{lanes[a]}[{shift(v[1], -int(lo[1]))}]"
+                    add(lvl + 1, f"{at} = {at} {sign} {_term(e)}")
+            at = f"{array}[{', '.join(names)}]"
+            add(lvl, f"{at} = {at} + {g}")
+        if lanes:
+            add(1, f"for {m[1]} in range({n[1]}):")
+            for a, name in lanes.items():
+                add(2, f"{a} += {name}[{m[1]}]")
+
+        # the scatter leaves the last iteration's values (the loops' first) in the names it set;
+        # drop_unread_leftovers removes those nothing outside the nest reads
+        add(1, _LEFTOVERS)
+        for k in range(depth):
+            add(1, f"{v[k]} = {lo[k]}")
+        for pos in sorted(self.defs.values()):
+            add(1, ast.unparse(nest.body[pos]))
+        for j in nest.js:
+            add(1, f"{j} = -1")
+        add(1, _LEFTOVERS_END)
+        # the adjoints the body read at its own element, zeroed once every term was read
+        if self.zeros:
+            lvl = loops(1, m, n)
+            home = ", ".join(plus(lo[k], m[k]) for k in range(depth))
+            for array in dict.fromkeys(a for a, _, _ in self.zeros):
+                add(lvl, f"{array}[{home}] = 0.0")
+        for k_name, tape, count in nest.pops:
+            add(1, f"{k_name} -= {n[0]}")
+            add(1, f"{count} = {tape}[{k_name}]")
+        add(0, "else:")
+        out += ["    " + line for line in original]
+        return out
+
+
+_HEAD = "# the reverse of this loop nest as a gather"
+_LEFTOVERS = "# the values the scatter's last iteration leaves"
+_LEFTOVERS_END = "# (end of the values left)"
+
+
+def drop_unread_leftovers(source):
+    """``source`` without the assignments of a gathered nest's left-over values (see ``emit``)
+    to names that occur nowhere outside that nest's gather and scatter: nothing reads them."""
+    lines = source.split("\n")
+    while True:
+        start = next((k for k, line in enumerate(lines) if line.strip() == _LEFTOVERS), None)
+        if start is None:
+            return "\n".join(lines)
+        end = next(k for k in range(start, len(lines)) if lines[k].strip() == _LEFTOVERS_END)
+        # the construct: from its head comment to the end of the else block after it
+        head = max(k for k in range(start) if lines[k].strip().startswith(_HEAD))
+        pad = len(lines[head]) - len(lines[head].lstrip())
+        stop = next(k for k in range(end, len(lines)) if lines[k].strip() == "else:"
+                    and len(lines[k]) - len(lines[k].lstrip()) == pad) + 1
+        while stop < len(lines) and (not lines[stop].strip()
+                                     or len(lines[stop]) - len(lines[stop].lstrip()) > pad):
+            stop += 1
+        # what runs after it: the rest of the function, and in an enclosing loop the part of
+        # its body before the nest (the next iteration)
+        first = head
+        for k in range(head - 1, -1, -1):
+            indent = len(lines[k]) - len(lines[k].lstrip())
+            if lines[k].strip() and indent < pad and lines[k].lstrip().startswith(("for ", "while ")):
+                first = k
+                pad = min(pad, indent)
+        outside = "\n".join(lines[first:head] + lines[stop:])
+        kept = []
+        for line in lines[start + 1:end]:
+            name = line.strip().split(" = ", 1)[0]
+            if re.search(rf"(?<![\w.]){re.escape(name)}\b", outside):
+                kept.append(line)
+        lines[start:end + 1] = kept
+
+
+def _term(e):
+    text = ast.unparse(e)
+    return text if isinstance(e, (ast.Name, ast.Constant, ast.Subscript, ast.Call)) else f"({text})"
+
+
+def _subscripts(e):
+    """(array, index parts) of the element reads in ``e``."""
+    found = []
+    for x in ast.walk(e):
+        if isinstance(x, ast.Subscript) and _is_name(x.value):
+            found.append((x.value.id, _index(x) or []))
+    return found
+
+
+def _names_in(e):
+    return {x.id for x in ast.walk(e) if isinstance(x, ast.Name)}
+
+
+def _loaded_names(stmt, skip_aug_target=False):
+    names = set()
+    for x in ast.walk(stmt):
+        if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load):
+            names.add(x.id)
+    if isinstance(stmt, ast.AugAssign) and not skip_aug_target:
+        names.add(stmt.target.id)
+    return names

@@ -1,0 +1,179 @@
+"""The reverse of stencil loop nests written as a gather (ad/gather.py): when it applies, what it
+computes (the scatter's gradient, finite differences), and its run-time fallback."""
+
+import numba
+import numpy as np
+import pytest
+
+import numbarules as nr
+from numbarules.ad import gather, runtime
+from numbarules.testing import check_grad
+
+
+def smooth1(x, c):
+    n = x.shape[0]
+    y = np.zeros_like(x)
+    for i in range(1, n - 1):
+        y[i] = c * x[i - 1] - 2.0 * x[i] * x[i] + x[i + 1]
+    s = 0.0
+    for i in range(n):
+        s += y[i] * y[i]
+    return s
+
+
+def rd(u0, k, steps):
+    n = u0.shape[0]
+    m = u0.shape[1]
+    u = u0.copy()
+    v = np.zeros_like(u0)
+    for t in range(steps):
+        for i in range(1, n - 1):
+            for j in range(1, m - 1):
+                lap = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j]
+                v[i, j] = u[i, j] + k * lap + 0.1 * u[i, j] * (1.0 - u[i, j])
+        u, v = v, u
+    s = 0.0
+    for i in range(n):
+        for j in range(m):
+            s += u[i, j] * u[i, j]
+    return s
+
+
+def one_sided(x, w):
+    # offsets 1 and 2 only, two written arrays (x and w), a scalar summed in the nest
+    n = x.shape[0]
+    m = x.shape[1]
+    y = np.zeros((n, m))
+    for i in range(n - 2):
+        for j in range(m - 1):
+            y[i, j] = x[i + 2, j + 1] * w[i + 1, j] + math_sin(x[i + 1, j])
+    return np.sum(y * y)
+
+
+def math_sin(a):
+    return np.sin(a)
+
+
+def wraps(x):
+    # x[i - 1] at i = 0 reads x[-1]: Python's wraparound, which the gather must not change
+    n = x.shape[0]
+    y = np.zeros_like(x)
+    for i in range(n):
+        y[i] = x[i - 1] * x[i]
+    return np.sum(y * y)
+
+
+def carried(x):
+    # a value carried from one iteration to the next: not a gather
+    n = x.shape[0]
+    y = np.zeros_like(x)
+    a = 0.0
+    for i in range(1, n):
+        a = a * 0.5 + x[i - 1]
+        y[i] = a * x[i]
+    return np.sum(y)
+
+
+def _both(f, args, argnums):
+    """The gradient with the gather rewrite and without it (the scatter)."""
+    before = gather.GATHER
+    try:
+        gather.GATHER = True
+        nr.clear_cache()
+        on = nr.grad(f, argnums=argnums)(*args)
+        code = nr.code(nr.grad(f, argnums=argnums), *args, kind="pullback")
+        gather.GATHER = False
+        nr.clear_cache()
+        off = nr.grad(f, argnums=argnums)(*args)
+    finally:
+        gather.GATHER = before
+        nr.clear_cache()
+    return on, off, code
+
+
+def _close(a, b):
+    for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+        np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+
+
+def test_a_one_dimensional_stencil_is_gathered_and_matches_the_scatter():
+    x = np.random.default_rng(0).standard_normal(9)
+    on, off, code = _both(smooth1, (x, 0.7), 0)
+    assert "as a gather" in code
+    _close(on, off)
+    check_grad(smooth1, x, 0.7)
+
+
+def test_a_one_dimensional_loop_summing_a_scalar_keeps_the_scatter():
+    # d_c summed in a single loop: lanes did not pay for the extra passes (ad/gather.py)
+    x = np.random.default_rng(0).standard_normal(9)
+    on, off, code = _both(smooth1, (x, 0.7), (0, 1))
+    assert "as a gather" not in code
+    _close(on, off)
+    check_grad(smooth1, x, 0.7, argnums=(0, 1))
+
+
+def test_a_two_dimensional_time_stepped_stencil_sums_its_scalar_in_lanes():
+    u0 = np.random.default_rng(1).random((7, 6))
+    on, off, code = _both(rd, (u0, 0.1, 3), (0, 1))
+    assert "as a gather" in code and "_l" in code
+    _close(on, off)
+    check_grad(rd, u0, 0.1, 3, argnums=(0, 1))
+
+
+def test_one_sided_offsets_two_written_arrays_and_a_call():
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((6, 5)), rng.standard_normal((6, 5))
+    on, off, code = _both(one_sided, (x, w), (0, 1))
+    _close(on, off)
+    check_grad(one_sided, x, w, argnums=(0, 1))
+
+
+@pytest.mark.parametrize("f", [wraps, carried])
+def test_what_is_not_gathered_keeps_the_scatter(f):
+    x = np.random.default_rng(3).standard_normal(6)
+    on, off, code = _both(f, (x,), 0)
+    assert "as a gather" not in code
+    _close(on, off)
+    check_grad(f, x)
+
+
+def test_empty_and_tiny_trip_counts():
+    # n = 2 and 1: the stencil loop runs zero times; the guard sends the nest to the scatter
+    for n in (1, 2, 3):
+        x = np.arange(1.0, n + 1.0)
+        on, off, _ = _both(smooth1, (x, 0.3), (0, 1))
+        _close(on, off)
+    for shape in ((2, 5), (3, 3), (5, 2)):
+        u0 = np.random.default_rng(4).random(shape)
+        on, off, _ = _both(rd, (u0, 0.2, 2), (0, 1))
+        _close(on, off)
+
+
+def test_the_fallback_runs_where_arrays_may_overlap(monkeypatch):
+    # _apart answering "they overlap" everywhere: every nest runs the scatter kept beside it
+    monkeypatch.setitem(runtime.HELPERS, "_apart", numba.njit(lambda a, b: False))
+    u0 = np.random.default_rng(5).random((6, 6))
+    on, off, code = _both(rd, (u0, 0.1, 3), (0, 1))
+    assert "as a gather" in code
+    _close(on, off)
+
+
+def test_apart():
+    f = numba.njit(lambda a, b: runtime._apart(a, b))
+    x = np.zeros((10, 10))
+    cases = [(x, np.zeros(5), True), (x, x, False), (x[:5], x[5:], True), (x[:6], x[5:], False),
+             (x[::-1], x[3], False), (x[0], x[1], True), (x[::-1][:3], x[8:], False),
+             (x[::-1][:2], x[:8], True), (x[:0], x, True), (x.T, x[9, 9:], False),
+             (x[:, 0], x[:, 1], False)]        # interleaved columns: spans overlap (conservative)
+    for a, b, want in cases:
+        assert f(a, b) == want, (a.shape, b.shape)
+        assert f(b, a) == want
+        if want:
+            assert not np.shares_memory(a, b)
+
+
+def test_vectorised_gather_matches_at_level_3(optimised):
+    u0 = np.random.default_rng(6).random((9, 8))
+    on, off, _ = _both(rd, (u0, 0.15, 4), (0, 1))
+    _close(on, off)
