@@ -177,3 +177,30 @@ def test_vectorised_gather_matches_at_level_3(optimised):
     u0 = np.random.default_rng(6).random((9, 8))
     on, off, _ = _both(rd, (u0, 0.15, 4), (0, 1))
     _close(on, off)
+
+
+def _vector_ops(g, *args):
+    """Vector operations on doubles in the optimised LLVM IR of gradient object ``g``."""
+    import re
+    g(*args)
+    (disp, _), = [v for k, v in g._drivers.items() if k[1]]
+    return sum(len(re.findall(r"<\d+ x double>", disp.inspect_llvm(sig)))
+               for sig in disp.signatures)
+
+
+def test_the_gathered_reverse_vectorises(optimised):
+    # Rosenbrock's reverse scatters g[i] and g[i + 1]: LLVM leaves the scatter scalar and
+    # vectorises the gather (docs/ad-engine.md)
+    from perf._workloads_ad import rosenbrock
+    x = np.linspace(-1.0, 1.0, 50)
+    before = gather.GATHER
+    try:
+        counts = {}
+        for flag in (False, True):
+            gather.GATHER = flag
+            nr.clear_cache()
+            counts[flag] = _vector_ops(nr.value_and_grad(rosenbrock), x)
+    finally:
+        gather.GATHER = before
+        nr.clear_cache()
+    assert counts[False] == 0 and counts[True] > 0, counts
