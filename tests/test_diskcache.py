@@ -704,3 +704,12 @@ def test_code_compiled_after_a_recursive_function_was_loaded_can_call_it(tmp_pat
     runs = _two_processes(tmp_path, RECURSIVE_WITH_CONSTANTS)
     assert runs[0]["grad"] == pytest.approx(2 * 0.5 * (0.96 * 1.0 + 0.1), rel=1e-12)
     assert runs[1]["grad"] == runs[0]["grad"] and runs[1]["disk_hits"] > 0
+
+
+def test_every_helper_generated_code_calls_can_be_fingerprinted():
+    # A helper whose fingerprint is None makes every kernel that calls it unstorable, silently:
+    # each process compiles it again (the gather's _apart once held an llvmlite constant)
+    from numbarules import diskcache
+    from numbarules.ad import runtime
+    for name, value in runtime.HELPERS.items():
+        assert diskcache.fingerprint(value) is not None, name

@@ -280,7 +280,8 @@ def _span(context, builder, aty, value):
     intp = context.get_value_type(types.intp)
     lo = builder.ptrtoint(ary.data, intp)
     hi = builder.add(lo, ary.itemsize)
-    empty = cgutils.false_bit
+    empty = llvm_ir.Constant(llvm_ir.IntType(1), 0)   # (not cgutils.false_bit: a global
+    # the disk cache's fingerprint of this intrinsic could not hash)
     shapes = cgutils.unpack_tuple(builder, ary.shape, count=aty.ndim)
     strides = cgutils.unpack_tuple(builder, ary.strides, count=aty.ndim)
     for n, st in zip(shapes, strides):
