@@ -66,12 +66,27 @@ class Gradient:
             params = _parameters(self.f)
             frozen = params is not None and all(_immutable(d) for _, d in params)
             entries.install_direct_entry(self, arities[0], self._check_values,
-                                         lambda argtypes: self._driver(argtypes, entry=True),
-                                         signature=params if frozen else None)
+                                         lambda argtypes: self._driver(argtypes, entry=True,
+                                                                       picking=True),
+                                         signature=params if frozen else None,
+                                         result_of=self._entry_result)
             if params is not None and not frozen:
                 type(self).__call__ = staticmethod(_binding(self, type(self).__call__))
         else:
             entries.install_entry(self, arities, self._check_values, Gradient._resolve_entry)
+
+    def _entry_result(self, callee, argtypes):
+        """The compile result the entry runs for ``argtypes``: the driver's, or for a grad
+        whose driver is value_and_grad's, that code with a wrapper returning the gradient alone
+        (numba_glue.picked_result: a small module, no second compile of the kernel)."""
+        cres = numba_glue.compile_result(callee, argtypes)
+        if self.with_value or not getattr(callee, "_nr_returns_value", False):
+            return cres
+        picked = callee.__dict__.setdefault("_nr_picked", {})
+        found = picked.get(argtypes)
+        if found is None or found[0] is not cres:
+            found = picked[argtypes] = (cres, numba_glue.picked_result(cres, 1))
+        return found[1]
 
     def _check_values(self, args):
         # before the AD transform runs on types Numba could not give (a Python object: pyobject)
@@ -99,7 +114,7 @@ class Gradient:
     def _resolve_entry(self, context, argtypes):
         return self._resolve(context, argtypes, entry=True)
 
-    def _driver(self, argtypes, entry=False):
+    def _driver(self, argtypes, entry=False, picking=False, requester=None):
         """The compiled driver at ``argtypes``. Compiled callers get one that links the vjp (a
         fused vjp inlines into their loops); the Python entry one that calls the kernels by
         their symbols, so that each kernel's machine code is generated once (entries.Unlinked).
@@ -107,11 +122,15 @@ class Gradient:
         The entry's driver returns what the object returns (the Python entry runs its machine
         code as it is: nothing picks items in Python), and is kept with the AD specialization.
         Its ``argtypes`` may hold ``types.Omitted`` (a default Numba's C dispatcher filled in):
-        the driver is compiled for them, the kernels for the defaults' types.
+        the driver is compiled for them, the kernels for the defaults' types. ``picking``: the
+        caller is the direct entry, which can run value_and_grad's driver for a grad
+        (``_entry_result``); a grad then shares it instead of compiling its own (``requester``:
+        the grad, for whose call it is compiled).
         """
-        found = self._drivers.get((argtypes, entry))
-        if found is not None and found[1].alive:
-            return found[0]
+        for slot in ((argtypes, "picked"), (argtypes, entry)) if picking else ((argtypes, entry),):
+            found = self._drivers.get(slot)
+            if found is not None and found[1].alive:
+                return found[0]
         given = numba_glue.given_types(argtypes)     # an omitted argument: its default's type
         nums = _argnums(self.argnums, len(argtypes))
         mask = tuple(i in nums for i in range(len(argtypes)))
@@ -138,6 +157,15 @@ class Gradient:
         k = spec.kernels
         whole = entry and not isinstance(spec.target, rules.Rule) and bool(k.whole_body) and (
             k.fused or k.vjp is k.whole)
+        if whole and not with_value and picking:
+            # grad runs value_and_grad's kernel, through a wrapper that returns the gradient
+            # alone (_entry_result): one compile of the forward and reverse serves both
+            disp = _gradient(self.f, self.argnums, True, self.boundscheck)._driver(
+                argtypes, True, requester=self)
+            # kept apart from this object's own drivers: only the direct entry picks the
+            # gradient out of it (the multi-arity trampoline calls drivers as they are)
+            self._drivers[(argtypes, "picked")] = spec.entry_drivers[(self.argnums, True)]
+            return disp
         if whole:
             # The gradient in one kernel: the vjp's forward and reverse with the seed and the
             # outputs of this gradient object; no other kernel of f is compiled for the call.
@@ -170,9 +198,14 @@ class Gradient:
         # wrapper; it is stored on disk under what it computes
         persist = (("entry driver", self.f, self.argnums, self.boundscheck, with_value) if entry
                    else ("driver", self))
-        disp = cache.owned(ns[self.__name__], self.__qualname__, owner=self, depends=(node,),
+        # (labelled and counted for the object whose call compiles it: grad's first call
+        # compiles the kernel value_and_grad shares)
+        requester = requester or self
+        disp = cache.owned(ns[self.__name__], requester.__qualname__, owner=requester,
+                           depends=(node,),
                            options={"boundscheck": True} if self.boundscheck else None,
                            persist=persist, python=entry)
+        disp._nr_returns_value = whole and with_value
         self._drivers[(argtypes, entry)] = (disp, node)
         if entry:
             spec.entry_drivers[key] = (disp, node)

@@ -122,7 +122,8 @@ def install_entry(owner, arities, check, resolve):
     _finish_entry(owner, tramp, arities, before)
 
 
-def install_direct_entry(owner, arity, check, callee_of, record_as=None, signature=None):
+def install_direct_entry(owner, arity, check, callee_of, record_as=None, signature=None,
+                         result_of=None):
     """Make ``owner(...)`` with ``arity`` positional arguments run code compiled elsewhere, with
     nothing compiled for the entry itself: ``callee_of(argtypes)`` returns the dispatcher
     (compiled with a CPython wrapper) whose code runs for ``argtypes``, and its compile result
@@ -133,7 +134,9 @@ def install_direct_entry(owner, arity, check, callee_of, record_as=None, signatu
     ``signature``: [(name, default or inspect.Parameter.empty)], the parameters of the user's
     function. The entry takes them by those names, so Numba's C dispatcher binds keywords and
     fills defaults (an omitted argument reaches ``callee_of`` as ``types.Omitted``); without it
-    the entry takes positional arguments only.
+    the entry takes positional arguments only. ``result_of(callee, argtypes)``: the compile
+    result to run, when not the callee's own (a grad runs value_and_grad's code through a
+    wrapper of its own, numba_glue.picked_result).
 
     The entry's node links the callee's: dropping the callee's code (a rule added, a method
     changed) drops the entry's overload too, and the next call adopts the new code. With
@@ -145,7 +148,7 @@ def install_direct_entry(owner, arity, check, callee_of, record_as=None, signatu
 
     def adopt(disp, argtypes):
         callee = callee_of(argtypes)
-        cres = numba_glue.compile_result(callee, argtypes)
+        cres = (result_of or numba_glue.compile_result)(callee, argtypes)
         node = Node(disp, argtypes, label)
         set_node(disp, argtypes, node)
         link(node, *relied_on([(record_as or callee, argtypes)]))

@@ -505,3 +505,4 @@ def readable_type(t, depth=0):
 # symbol counter at a random point (see there), before anything is compiled.
 from .callables import CallableType, callable_type, register_family  # noqa: E402,F401
 from . import intrinsics, located, persist  # noqa: E402,F401
+from .picking import picked_result  # noqa: E402,F401
