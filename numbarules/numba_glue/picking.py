@@ -16,6 +16,7 @@ Part of the CPU door into ``numba.core`` (the ``numba_glue`` package).
 
 from llvmlite import ir as llvm_ir
 from numba import _dynfunc
+from numba.core import config as numba_config
 from numba.core import types
 from numba.core.callwrapper import PyCallWrapper
 from numba.core.compiler_lock import global_compiler_lock
@@ -98,7 +99,13 @@ def picked_result(cres, index):
     callee = llvm_ir.Function(module, fnty, _alias(fndesc.mangled_name))
     _PickingWrapper(context, module, callee, desc, cres.environment, index).build()
     library.add_ir_module(module)
-    library.finalize()
+    # unboxing, a call and boxing: nothing for LLVM's optimiser to win (Numba reads the level at
+    # each finalize; docs/numba-internals.md)
+    level, numba_config.OPT = numba_config.OPT, numba_config._OptLevel(0)
+    try:
+        library.finalize()
+    finally:
+        numba_config.OPT = level
     codegen.set_env(desc.env_name, cres.environment)
     fnptr = library.get_pointer_to_function(desc.llvm_cpython_wrapper_name)
     cfunc = _dynfunc.make_function(fndesc.lookup_module(), fndesc.qualname.split(".")[-1],
