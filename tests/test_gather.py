@@ -204,3 +204,12 @@ def test_the_gathered_reverse_vectorises(optimised):
         gather.GATHER = before
         nr.clear_cache()
     assert counts[False] == 0 and counts[True] > 0, counts
+
+
+def test_a_strided_argument_keeps_the_scatter():
+    # layout A: LLVM would not vectorise the gather (strides known at run time only)
+    x = np.random.default_rng(7).standard_normal(17)[::2]
+    on, off, code = _both(smooth1, (x, 0.7), 0)
+    assert "as a gather" not in code
+    _close(on, off)
+    check_grad(smooth1, x, 0.7)

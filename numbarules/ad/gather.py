@@ -328,9 +328,14 @@ class _Plan:
                 return False
             if array not in self.read:
                 self.read.append(array)
-        for array in sorted(zeroed) + self.read:
+        for array in sorted(zeroed) + self.read + sorted(written):
             t = self._type(array)
             if t is None:
+                return False
+            # C layout only: with strides known at run time alone (layout A, F) LLVM emits no
+            # vector code for the gather, which then ran at half the scatter's speed
+            # (docs/numba-internals.md)
+            if isinstance(t, nbt.Array) and t.layout != "C":
                 return False
         # Constant starts, and no gathered index below zero: where the scatter writes x[i - 1]
         # at i = 0 it means Python's x[-1], which the gather would not.
