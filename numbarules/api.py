@@ -80,13 +80,10 @@ class Gradient:
         whose driver is value_and_grad's, that code with a wrapper returning the gradient alone
         (numba_glue.picked_result: a small module, no second compile of the kernel)."""
         cres = numba_glue.compile_result(callee, argtypes)
-        if self.with_value or not getattr(callee, "_nr_returns_value", False):
+        shared = self._drivers.get((argtypes, "picked"))
+        if shared is None or shared[0] is not callee:
             return cres
-        picked = callee.__dict__.setdefault("_nr_picked", {})
-        found = picked.get(argtypes)
-        if found is None or found[0] is not cres:
-            found = picked[argtypes] = (cres, numba_glue.picked_result(cres, 1))
-        return found[1]
+        return numba_glue.picked_result(cres, 1)
 
     def _check_values(self, args):
         # before the AD transform runs on types Numba could not give (a Python object: pyobject)
@@ -205,7 +202,6 @@ class Gradient:
                            depends=(node,),
                            options={"boundscheck": True} if self.boundscheck else None,
                            persist=persist, python=entry)
-        disp._nr_returns_value = whole and with_value
         self._drivers[(argtypes, entry)] = (disp, node)
         if entry:
             spec.entry_drivers[key] = (disp, node)

@@ -131,12 +131,11 @@ class FusedVjp:
         later = set().union(*[stmt_reads(x) for x in ir.walk(self.fn.body[at + 1:])])
         if later & ((assigned - carried) | {loop.var}):
             return False
-        local = [x for x in loop.body if not (isinstance(x, ir.Assign) and (
-            x.target in carried or carried & {a.id for a in x.expr.atoms()
-                                              if isinstance(a, ir.Name)}))]
-        if any(isinstance(x, ir.Store) for x in local):
+        if any(isinstance(x, ir.Store) for x in loop.body):
             return False
-        dropped = assigned - {x.target for x in local if isinstance(x, ir.Assign)}
+        local = [x for x in loop.body if not (x.target in carried or carried & {
+            a.id for a in x.expr.atoms() if isinstance(a, ir.Name)})]
+        dropped = assigned - {x.target for x in local}
         n, j = f"_n{loop.id}", f"_j{loop.id}"
         trial = _Out()
         trial.indent = out.indent
@@ -163,8 +162,7 @@ class FusedVjp:
         if any(re.search(rf"\b{re.escape(v)}\b", reverse_text) for v in dropped):
             return False
         trial.add(f"{j} -= 1")
-        lines = [line for line in trial.lines if not line.strip().startswith("#")]
-        trial.lines = lines
+        trial.lines = [line for line in trial.lines if not line.strip().startswith("#")]
         if not gather.rewrite(self, trial, 0, [loop]):
             return False
         out.comment(self.fn, loop.line)

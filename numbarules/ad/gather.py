@@ -418,14 +418,19 @@ class _Plan:
         def in_box(k):
             return f"{v[k]} >= {lo[k]} and {v[k]} < {plus(lo[k], n[k])}"
 
+        # each written array's offsets; the scalars' lanes ride with the first one's offset 0
+        groups = {}
+        for s in self.sites:
+            groups.setdefault(s.array, {})[tuple(s.offsets)] = None
+        if self.scalars:
+            groups[next(iter(groups))][(0,) * depth] = None
+        groups = {array: list(offs) for array, offs in groups.items()}
+
         conds = [f"{c} > 0" for c in n]
-        for w, array in enumerate(dict.fromkeys(s.array for s in self.sites)):
-            offs = [s.offsets for s in self.sites if s.array == array]
-            if w == 0 and self.scalars:
-                offs.append([0] * depth)     # the scalars' lanes ride with its offset 0
+        for array, offs in groups.items():
             for k in range(depth):
-                lo_k, hi_k = min(o[k] for o in offs), max(o[k] for o in offs)
-                conds.append(f"{shift(plus(lo[k], n[k]), hi_k)} <= {array}.shape[{k}]")
+                conds.append(f"{shift(plus(lo[k], n[k]), max(o[k] for o in offs))} "
+                             f"<= {array}.shape[{k}]")
             for other in [a for a, _, _ in self.zeros] + self.read:
                 if isinstance(self._type(other), nbt.Array):
                     conds.append(f"_apart({array}, {other})")
@@ -451,14 +456,11 @@ class _Plan:
                 add(2, f"{name}[{m[1]}] = 0.0")
 
         # each written array: for each of its elements, the terms of the iterations that reach it
-        for w, array in enumerate(dict.fromkeys(s.array for s in self.sites)):
+        for w, (array, offsets) in enumerate(groups.items()):
             mine = [s for s in self.sites if s.array == array]
-            groups = list(dict.fromkeys(tuple(s.offsets) for s in mine))
-            if w == 0 and lanes and (0,) * depth not in groups:
-                groups.append((0,) * depth)
             ext = []
             for k in range(depth):
-                lo_k, hi_k = min(o[k] for o in groups), max(o[k] for o in groups)
+                lo_k, hi_k = min(o[k] for o in offsets), max(o[k] for o in offsets)
                 ext.append((lo_k, f"{n[k]} + {hi_k - lo_k}" if hi_k > lo_k else n[k]))
             at_q = [shift(plus(lo[k], m[k]), ext[k][0]) for k in range(depth)]
             names = [m[k] if at_q[k] == m[k] else q[k] for k in range(depth)]
@@ -467,7 +469,7 @@ class _Plan:
                 if names[k] != m[k]:
                     add(lvl, f"{q[k]} = {at_q[k]}")
             add(lvl, f"{g} = 0.0")
-            for offs in groups:
+            for offs in offsets:
                 group = [s for s in mine if tuple(s.offsets) == offs]
                 sums = [(a, e, sign) for a, e, sign, _ in self.scalars] \
                     if w == 0 and offs == (0,) * depth else []
