@@ -222,7 +222,9 @@ def decisions_hold(decisions):
 
 def _outcome(f, sig, kind):
     try:
-        return f.resolve(sig) if kind == "method" else rules.lookup(f, sig)
+        if kind == "method":
+            return f.resolve(sig)
+        return rules.lookup_frule(f, sig) if kind == "frule" else rules.lookup(f, sig)
     except (DispatchError, RuleError) as exc:
         return type(exc)      # an error now: differs from any recorded outcome
 

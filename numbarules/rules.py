@@ -3,6 +3,9 @@
 Kinds of entry, each registered for a function ``f`` and a signature ``S`` of lattice types:
 
 - ``rrule``: the user's ``(y, pullback)`` function (``nr.rrule``);
+- ``frule``: the user's ``(y, dy)`` function of the arguments and their tangents (``nr.frule``),
+  used by forward mode (``nr.jvp``); looked up by the same rule rule among frules alone
+  (``lookup_frule``);
 - ``scalar``: partial derivatives of a scalar function (``nr.scalar_rule``);
 - ``opt_out``: differentiate the method where a rule would apply (``nr.opt_out``);
 - ``non_differentiable``: zero tangents, the body is not entered (``nr.non_differentiable``).
@@ -34,7 +37,7 @@ from .lattice import LatticeMeta, as_lattice, fmt_sig, source_location, typeof
 
 @dataclass(frozen=True, eq=False)
 class Rule:
-    kind: str                  # rrule | scalar | opt_out | non_differentiable
+    kind: str                  # rrule | frule | scalar | opt_out | non_differentiable
     function: object           # the function it is for
     signature: object          # tuple of lattice types; None: any arguments (scalar rules)
     impl: object = None        # the rule function, or the partials function
@@ -76,8 +79,8 @@ def register(rule):
 
 
 def _family(rule):
-    """Scalar rules and the other kinds live side by side for the same signature."""
-    return "scalar" if rule.kind == "scalar" else "rule"
+    """Scalar rules, forward rules and the other kinds live side by side for one signature."""
+    return rule.kind if rule.kind in ("scalar", "frule") else "rule"
 
 
 def entries(f):
@@ -89,11 +92,26 @@ def entries(f):
 
 
 def lookup(f, sig):
-    """The entry a call of ``f`` at lattice types ``sig`` uses (the rule rule), or None."""
+    """The entry a call of ``f`` at lattice types ``sig`` uses (the rule rule), or None.
+    Forward rules are not entries of this lookup (``lookup_frule``)."""
     try:
-        entries = _RULES.get(f, ())
+        entries = tuple(r for r in _RULES.get(f, ()) if r.kind != "frule")
     except TypeError:   # an unhashable callable
         return None
+    return _most_specific(f, sig, entries)
+
+
+def lookup_frule(f, sig):
+    """The forward rule a call of ``f`` at ``sig`` uses in forward mode (the rule rule among
+    ``nr.frule`` entries alone), or None."""
+    try:
+        entries = tuple(r for r in _RULES.get(f, ()) if r.kind == "frule")
+    except TypeError:
+        return None
+    return _most_specific(f, sig, entries)
+
+
+def _most_specific(f, sig, entries):
     found = [r for r in entries if r.signature is None or applicable(r.signature, sig)]
     if not found:
         return None
@@ -171,6 +189,41 @@ def rrule(f, *types):
             raise RuleError(f"nr.rrule({getattr(f, '__name__', f)}) decorates a Python function")
         sig, file, line = _signature(f, impl, types, "rrule")
         register(Rule("rrule", f, sig, impl, False, file, line))
+        return impl
+    return decorate
+
+
+def frule(f, *types):
+    """Decorate ``rule(*args, *tangents) -> (y, dy)``: a forward rule (pushforward) for the method
+    ``f(*types)``, used by ``nr.jvp`` and the forward mode (ChainRules' ``frule``).
+
+    The rule takes the primal arguments, then one tangent per argument (a zero of the
+    argument's kind for an argument that is not differentiated, None for integers and
+    booleans), and returns the value and its tangent. It is compiled with Numba. Types come from
+    ``types`` or the annotations of the primal parameters.
+
+    >>> @nr.frule(my_sum)
+    ... def _(x: nr.AbstractMatrix, dx):
+    ...     return my_sum(x), np.sum(dx)
+    """
+    def decorate(impl):
+        if not inspect.isfunction(impl):
+            raise RuleError(f"nr.frule({getattr(f, '__name__', f)}) decorates a Python function")
+        params = list(inspect.signature(impl).parameters.values())
+        if len(params) % 2:
+            raise RuleError(f"frule {impl.__qualname__}: it takes the arguments, then one tangent "
+                            f"per argument (an even number of parameters), not {len(params)}")
+        if types:
+            sig, file, line = _signature(f, impl, types, "frule")
+        else:
+            half = params[:len(params) // 2]
+            proxy = inspect.Signature(half)
+            stub = lambda *a: None    # noqa: E731 - carries the primal half's annotations
+            stub.__signature__ = proxy
+            stub.__qualname__ = impl.__qualname__
+            sig, _, _ = _signature(f, stub, (), "frule")
+            file, line = source_location(impl)
+        register(Rule("frule", f, sig, impl, False, file, line))
         return impl
     return decorate
 

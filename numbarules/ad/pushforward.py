@@ -1,0 +1,309 @@
+"""Forward mode: the tangent (pushforward) kernel of one specialization, as readable source.
+
+``generate(fn, types, active, calls, name, mask)`` writes
+
+    def jvp_<name>(<params>, <tangents of the differentiated params>):
+        ...                       # each statement of the normalised primal, followed by the
+        ...                       # statement computing its result's tangent
+        return (<result>, <its tangent>)
+
+Forward mode needs no tape: every tangent is computed right after the value it is the tangent
+of, from the operands' values and tangents, which are still live (the normalised IR never reads
+a statement's own target). Control flow is the primal's own. Arrays have tangent arrays: a view
+of an array has the same view of its tangent (``d_v = d_x[1:3]``), a store writes the stored
+value's tangent at the same index, so aliasing and arrays rebound in loops need nothing more.
+
+Tangents exist for the *active* variables (varied and useful, as for the reverse pass:
+``dataflow._activity``); any other operand contributes nothing. An active variable assigned
+from inactive operands (``s = 0.0``, ``z = np.zeros(n)``) gets a zero tangent of its type.
+
+Calls are planned by the caller (``tangent_kernels``): a scalar rule's partials, a forward rule
+(``nr.frule``), a reverse rule of a scalar result (its pullback at 1.0, dotted with the
+tangents), or a callee's own tangent kernel.
+"""
+
+from dataclasses import dataclass
+
+from numba import types as nbt
+
+from ..errors import UnsupportedSyntaxError
+from . import ir, partials
+from .dataflow import where
+from .kinds import is_array, is_float, is_float_tuple
+
+
+@dataclass(frozen=True)
+class TangentCall:
+    """How the tangent kernel treats one call whose result is active.
+
+    kind: ``identity`` (float(x)), ``nondiff`` (zero tangent), ``alloc`` (a new array: zeros),
+    ``full`` (np.full(shape, v): np.full(shape, dv)), ``scalar`` (a scalar rule's partials:
+    ``name`` the compiled partials or ``inline`` their expressions), ``frule`` (``name`` returns
+    the value and its tangent from the arguments and their tangents), ``pullback`` (``name`` is
+    the vjp of a reverse rule with a float result), ``derived`` (``name`` is the callee's
+    tangent kernel; ``mask`` the arguments it takes tangents of)."""
+    kind: str
+    name: str = None
+    with_result: bool = False
+    inline: object = None
+    mask: tuple = ()
+    tangents: tuple = ()        # pullback: which arguments the rule gives a tangent for
+
+
+def generate(fn, types, active, calls, name, mask):
+    return _Emitter(fn, types, active, calls).kernel(name, mask)
+
+
+class _Emitter:
+    def __init__(self, fn, types, active, calls):
+        self.fn, self.types, self.active, self.calls = fn, types, active, calls
+        self.taken = set(types) | set(fn.params)
+        self.names = {}
+        self.uses_math = False
+
+    # --- names and zeros ----------------------------------------------------------------------
+
+    def d(self, v):
+        """The tangent variable of ``v`` (``d_x``; ``_d5`` for the temporary ``_t5``)."""
+        name = self.names.get(v)
+        if name is None:
+            name = f"_d{v[2:]}" if v.startswith("_t") and v[2:].isdigit() else f"d_{v.lstrip('_')}"
+            while name in self.taken:
+                name += "_"
+            self.taken.add(name)
+            self.names[v] = name
+        return name
+
+    def tangent(self, atom):
+        """The tangent of an operand, or None where it has none (inactive, a constant)."""
+        if isinstance(atom, ir.Name) and atom.id in self.active:
+            return self.d(atom.id)
+        return None
+
+    def zero(self, t, like):
+        """Source of a zero tangent for a value of type ``t`` (``like``: source of the value)."""
+        if is_array(t):
+            return f"_np.zeros_like({like})"
+        if isinstance(t, nbt.Float):
+            return "0.0" if t.bitwidth == 64 else "_np.float32(0.0)"
+        if isinstance(t, nbt.BaseTuple) and is_float_tuple(t):
+            items = [self.zero(e, f"{like}[{k}]") for k, e in enumerate(t)]
+            return "(" + "".join(i + ", " for i in items) + ")"
+        return "None"
+
+    def tangent_or_zero(self, atom):
+        found = self.tangent(atom)
+        if found is not None:
+            return found
+        if isinstance(atom, ir.Const):
+            return "0.0" if isinstance(atom.value, float) else "None"
+        return self.zero(self.types.get(atom.id), atom.id)
+
+    def refuse(self, s, what, hint):
+        raise UnsupportedSyntaxError(f"{what} in forward mode (nr.jvp)\n{where(self.fn, s.line)}\n"
+                                     f"Hint: {hint}")
+
+    # --- the kernel -------------------------------------------------------------------------
+
+    def kernel(self, name, mask):
+        params = list(self.fn.params)
+        tangent_params = [self.d(p) for p, m in zip(params, mask) if m]
+        body = self.block(self.fn.body, 1)
+        head = f"def jvp_{name}({', '.join(params + tangent_params)}):"
+        return "\n".join([head] + body) + "\n"
+
+    def block(self, stmts, indent):
+        out = []
+        for s in stmts:
+            out += self.statement(s, indent)
+        return out or ["    " * indent + "pass"]
+
+    def statement(self, s, indent):
+        pad = "    " * indent
+        mark = f"  # line {s.line}" if getattr(s, "line", 0) else ""
+        if isinstance(s, ir.Assign):
+            lines = self.assign(s)
+            return [pad + lines[0] + mark] + [pad + line for line in lines[1:]]
+        if isinstance(s, ir.Store):
+            index = ", ".join(i.src() for i in s.index)
+            lines = [f"{s.array}[{index}] = {s.value.src()}{mark}"]
+            if s.array in self.active:
+                lines.append(f"{self.d(s.array)}[{index}] = {self.tangent_or_zero(s.value)}")
+            return [pad + line for line in lines]
+        if isinstance(s, ir.If):
+            out = [f"{pad}if {s.test.src()}:{mark}"] + self.block(s.body, indent + 1)
+            if s.orelse:
+                out += [f"{pad}else:"] + self.block(s.orelse, indent + 1)
+            return out
+        if isinstance(s, ir.For):
+            return ([f"{pad}for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:{mark}"]
+                    + self.block(s.body, indent + 1))
+        if isinstance(s, ir.While):
+            return ([f"{pad}while True:{mark}"] + self.block(s.cond, indent + 1)
+                    + [f"{pad}    if not {s.test.src()}:", f"{pad}        break"]
+                    + self.block(s.body, indent + 1))
+        if isinstance(s, ir.Return):
+            value = s.value.src()
+            return [f"{pad}return ({value}, {self.tangent_or_zero(s.value)}){mark}"]
+        raise TypeError(f"not an IR statement: {s!r}")
+
+    # --- assignments ------------------------------------------------------------------------
+
+    def assign(self, s):
+        primal = f"{s.target} = {ir.expr_src(s.expr)}"
+        if s.target not in self.active:
+            return [primal]
+        e, t = s.expr, s.target
+        if isinstance(e, ir.Call):
+            return self.call(s, primal)
+        value = self.expression(s, e)
+        if value is None:
+            value = self.zero(self.types.get(t), t)
+        return [primal, f"{self.d(t)} = {value}"]
+
+    def expression(self, s, e):
+        """The source of the tangent of ``s.target = e`` (None: zero)."""
+        t = s.target
+        arr = is_array(self.types.get(t))
+        D = self.tangent
+        if isinstance(e, ir.Atom):
+            return D(e.a)
+        if isinstance(e, ir.UnaryOp):
+            da = D(e.a)
+            if da is None or e.op == "not":
+                return None
+            if e.op == "-":
+                return f"-{da}"
+            return f"{da}.copy()" if arr else da
+        if isinstance(e, ir.BinOp):
+            return self.binop(s, e, arr)
+        if isinstance(e, ir.Index):
+            da = D(e.a)
+            if da is None:
+                return None
+            return f"{da}[{', '.join(i.src() for i in e.index)}]"
+        if isinstance(e, ir.Attr):
+            da = D(e.a)
+            if da is None:
+                return None
+            if e.attr == "T" and is_array(self.types.get(e.a.id)):
+                return f"{da}.T"
+            self.refuse(s, f"the attribute .{e.attr} of a differentiated value",
+                        "forward mode differentiates floats, float arrays and tuples of them; "
+                        "use nr.grad or nr.pullback for structs.")
+        if isinstance(e, ir.MethodCall):
+            da = D(e.obj)
+            if da is None:
+                return None
+            if e.name in ("copy", "reshape", "ravel", "flatten", "transpose"):
+                return f"{da}.{e.name}({', '.join(a.src() for a in e.args)})"
+            self.refuse(s, f"the array method .{e.name}()",
+                        "call the NumPy function instead, if numbarules has a rule for it.")
+        if isinstance(e, ir.MakeTuple):
+            items = [self.tangent_or_zero(a) for a in e.items]
+            return "(" + "".join(i + ", " for i in items) + ")"
+        self.refuse(s, f"the expression {ir.expr_src(e)}", "rewrite it with arithmetic.")
+
+    def binop(self, s, e, arr):
+        a, b, op, t = e.a, e.b, e.op, s.target
+        da, db = self.tangent(a), self.tangent(b)
+        if da is None and db is None:
+            return None
+        A, B = a.src(), b.src()
+        if op in ("+", "-"):
+            if da is not None and db is not None:
+                return f"{da} {op} {db}"
+            if db is None:
+                # a fresh array of the result's shape (the result is a new array; its tangent
+                # must not share the operand's)
+                return f"_spread({da}, {t})" if arr else da
+            return f"_spread(-{db}, {t})" if arr else (db if op == "+" else f"-{db}")
+        if op == "*":
+            terms = ([f"{da} * {B}"] if da is not None else []) + \
+                    ([f"{A} * {db}"] if db is not None else [])
+            return " + ".join(terms)
+        if op == "/":
+            if db is None:
+                return f"{da} / {B}"
+            if da is None:
+                return f"-({t} * {db}) / {B}"
+            return f"({da} - {t} * {db}) / {B}"
+        if op == "**":
+            terms = []
+            if da is not None:
+                if isinstance(b, ir.Const) and b.value == 2:
+                    terms.append(f"{da} * (2.0 * {A})")
+                elif isinstance(b, ir.Const) and b.value != 0:
+                    terms.append(f"{da} * ({b.value!r} * {A} ** {b.value - 1!r})")
+                elif not (isinstance(b, ir.Const) and b.value == 0):
+                    terms.append(f"{da} * _pow_da({A}, {B})")
+            if db is not None:
+                terms.append(f"{db} * _pow_db({A}, {B})")
+            return " + ".join(terms) or None
+        if op == "%":
+            floor = "_np.floor" if arr else "_math.floor"
+            terms = ([da] if da is not None else []) + \
+                    ([f"-({floor}({A} / {B}) * {db})"] if db is not None else [])
+            text = " + ".join(terms)
+            return f"_spread({text}, {t})" if arr else text
+        if op == "@":
+            terms = ([f"{da} @ {B}"] if da is not None else []) + \
+                    ([f"{A} @ {db}"] if db is not None else [])
+            return " + ".join(terms)
+        if op == "//":
+            return None
+        self.refuse(s, f"the operator {op}", "rewrite it with arithmetic.")
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def call(self, s, primal):
+        e, t = s.expr, s.target
+        dt = self.d(t)
+        cp = self.calls[id(e)]
+        arr = is_array(self.types.get(t))
+        args = [a.src() for a in e.args]
+        if cp.kind == "identity":
+            return [primal, f"{dt} = {self.tangent_or_zero(e.args[0])}"]
+        if cp.kind in ("nondiff", "alloc"):
+            return [primal, f"{dt} = {self.zero(self.types.get(t), t)}"]
+        if cp.kind == "full":
+            value = e.args[1] if len(e.args) > 1 else dict(e.kwargs).get("fill_value")
+            dv = self.tangent(value) if value is not None else None
+            if dv is None:
+                return [primal, f"{dt} = {self.zero(self.types.get(t), t)}"]
+            return [primal, f"{dt} = _spread({dv}, {t})"]
+        if cp.kind == "scalar":
+            extra = [t] if cp.with_result else []
+            terms = []
+            lines = [primal]
+            if cp.inline is not None:
+                self.uses_math = True
+                for k, a in enumerate(e.args):
+                    da = self.tangent(a)
+                    if da is not None:
+                        terms.append(f"{partials.factor(cp.inline, k, args + extra)} * {da}")
+            else:
+                p = f"_p{dt}"
+                lines.append(f"{p} = {cp.name}({', '.join(args + extra)})")
+                for k, a in enumerate(e.args):
+                    da = self.tangent(a)
+                    if da is not None:
+                        terms.append(f"{p}[{k}] * {da}")
+            if not terms:
+                return lines + [f"{dt} = {self.zero(self.types.get(t), t)}"]
+            text = " + ".join(terms)
+            return lines + [f"{dt} = _fit({text}, {t})" if arr else f"{dt} = {text}"]
+        if cp.kind == "frule":
+            tangents = [self.tangent_or_zero(a) for a in e.args]
+            return [f"{t}, {dt} = {cp.name}({', '.join(args + tangents)})"]
+        if cp.kind == "pullback":
+            r = f"_r{dt}"
+            lines = [f"{r} = {cp.name}({', '.join(args + ['1.0'])})", f"{t} = {r}[0]"]
+            terms = [f"_vdot({r}[{k + 1}], {self.tangent(a)})"
+                     for k, a in enumerate(e.args)
+                     if self.tangent(a) is not None and cp.tangents[k]]
+            return lines + [f"{dt} = {' + '.join(terms) if terms else '0.0'}"]
+        if cp.kind == "derived":
+            tangents = [self.tangent(a) for a, m in zip(e.args, cp.mask) if m]
+            return [f"{t}, {dt} = {cp.name}({', '.join(args + tangents)})"]
+        raise AssertionError(f"unknown call plan {cp.kind}")

@@ -1,0 +1,104 @@
+"""Forward mode from Python: ``nr.jvp(f, argnums)(*args, tangent) -> (y, dy)``.
+
+The tangent kernel of a call of ``f`` itself (``tangent_kernels.specialize(..., entry_of=f)``:
+a rule of ``f`` applies there as it would inside another function) computes the value and the
+directional derivative in one pass, with no tape.
+"""
+
+import numbers
+
+import numba
+import numpy as np
+
+from . import api, registry, tangent_kernels, targets
+from .ad import kinds
+
+
+class Jvp:
+    """``nr.jvp(f, argnums)``."""
+
+    def __init__(self, f, argnums):
+        if not callable(f):
+            raise TypeError(f"nr.jvp differentiates a function, not {f!r}")
+        if isinstance(argnums, bool) or not isinstance(argnums, (int, tuple)) or (
+                isinstance(argnums, tuple) and not all(isinstance(a, int) for a in argnums)):
+            raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}")
+        self.f, self.argnums = f, argnums
+        name = getattr(f, "__qualname__", getattr(f, "__name__", "f"))
+        self.__qualname__ = f"jvp({name})"
+
+    def __repr__(self):
+        return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"
+
+    def __call__(self, *args):
+        if not args:
+            raise TypeError(f"{self.__qualname__} takes the arguments of "
+                            f"{getattr(self.f, '__name__', 'f')}, then the tangent")
+        *primal, tangent = args
+        primal = api._positional(self.f, tuple(primal), "jvp")
+        error = api._argument_error(self, primal)
+        if error is not None:
+            raise error
+        nums = api._argnums(self.argnums, len(primal))
+        if isinstance(self.argnums, int):
+            tangents = (tangent,)
+        else:
+            if not isinstance(tangent, tuple) or len(tangent) != len(nums):
+                raise ValueError(f"{self.__qualname__}: argnums is {self.argnums!r}, so the "
+                                 f"tangent must be a tuple of {len(nums)} tangents, one per "
+                                 f"differentiated argument, not {api._describe(tangent)}")
+            tangents = tangent
+        argtypes = tuple(numba.typeof(a) for a in primal)
+        mask = tuple(i in nums for i in range(len(primal)))
+        targets.check_arguments(self.f, argtypes, mask)
+        given = [None] * len(primal)
+        for k, t in zip(nums, tangents):
+            given[k] = _tangent(self.__qualname__, f"the tangent of argument {k}", primal[k], t)
+        spec = _spec(self.f, argtypes, mask)
+        return spec.jvp(*primal, *(given[k] for k in sorted(set(nums))))
+
+
+def _spec(f, argtypes, mask):
+    return tangent_kernels.specialize(f, argtypes, mask, entry_of=f)
+
+
+def _tangent(name, what, arg, t):
+    """``t`` checked against the argument ``arg`` it is a tangent of, converted to its kind."""
+    def refuse(expected):
+        raise ValueError(f"{name}: {what} must be {expected}, like the argument, not "
+                         f"{api._describe(t)}")
+    if isinstance(arg, np.ndarray):
+        if arg.dtype.kind != "f":
+            return None
+        if not isinstance(t, np.ndarray) or t.shape != arg.shape or t.dtype.kind not in "fiu":
+            refuse(f"an array of shape {arg.shape}")
+        if arg.flags.f_contiguous and not arg.flags.c_contiguous:
+            return np.asfortranarray(t, dtype=arg.dtype)
+        return np.ascontiguousarray(t, dtype=arg.dtype)
+    if isinstance(arg, (float, np.floating)):
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real):
+            refuse("a real number")
+        return np.float32(t) if isinstance(arg, np.float32) else float(t)
+    if isinstance(arg, tuple) and kinds.is_float_tuple(numba.typeof(arg)):
+        if not isinstance(t, tuple) or len(t) != len(arg):
+            refuse(f"a tuple of {len(arg)} tangents")
+        return tuple(_tangent(name, f"{what}[{k}]", a, b) for k, (a, b) in enumerate(zip(arg, t)))
+    return None        # integers, booleans: no tangent
+
+
+def jvp(f, argnums=0):
+    """The directional derivative of ``f``: ``nr.jvp(f, argnums)(*args, tangent) -> (y, dy)``.
+
+    ``tangent`` has the kind and shape of argument ``argnums`` (a tuple of tangents when
+    ``argnums`` is a tuple); ``dy`` has the kind and shape of ``y``. Forward mode: one pass,
+    no tape, the cost of a few evaluations of ``f``.
+    """
+    try:
+        made = registry.table(f, "_nr_jvps")
+        hit = made.get(argnums)
+    except TypeError:
+        return Jvp(f, argnums)
+    if hit is None:
+        hit = made[argnums] = Jvp(f, argnums)
+    return hit
+

@@ -1,0 +1,242 @@
+"""Forward-mode specializations: the tangent kernel per (method or function, types, mask).
+
+``specialize(target, argtypes, mask)`` reads the target's source, normalises and types it as the
+reverse mode does (``kernels``), finds the active variables, plans each active call and writes
+the tangent kernel (``ad/pushforward.py``), compiled as a dispatcher the cache owns. Every choice
+made about a call (which method, which forward rule, which reverse rule) is recorded on the
+specialization's engine node, so a method or rule added later drops exactly the tangent kernels
+that relied on the old answer, as for the reverse kernels.
+
+How a call is differentiated in forward mode, for a call of ``f`` at types ``T``:
+
+1. an ``nr.frule`` the rule rule picks among forward rules: it gives the value and tangent;
+2. a non-differentiable declaration: a zero tangent;
+3. a scalar rule (or a reverse rule where a scalar rule of ``f`` also applies: NumPy's
+   element-wise functions on arrays): the partials times the tangents;
+4. a reverse rule (``nr.rrule``) with a float result: its pullback at 1.0 dotted with the
+   tangents (exactly what the rule says; one reverse sweep of the rule). A reverse rule of an
+   array result is refused by name: its tangent would need one pullback per element; write an
+   ``nr.frule`` for it;
+5. otherwise the method (or function) the call runs, differentiated from its source: the call
+   becomes a call of its own tangent kernel.
+"""
+
+import math
+import re
+
+import numpy as np
+
+from . import cache, kernels, methods, numba_glue, registry, rules, targets
+from .ad import dataflow, forward_runtime, frontend, ir, partials, pushforward
+from .ad.kinds import is_float, is_float_struct, is_real_scalar
+from .dispatch import GenericFunction, Method
+from .errors import DifferentiationError, DispatchError, RuleError, UnsupportedSyntaxError
+from .lattice import from_numba
+from .structs import isstruct
+
+_LIVE = registry.Alive()
+_NONDIFF = {int, bool, len, round, math.floor, math.ceil, math.trunc}
+
+
+class TangentSpec:
+    """One forward-mode specialization: its IR, types and compiled tangent kernel."""
+
+    def __init__(self, key, target, func, name):
+        self.key, self.target, self.func, self.name = key, target, func, name
+        self.alive, self.ready, self.node, self.bounds = True, False, None, False
+        self.waiters = []
+        self.calls = []
+
+    def __repr__(self):
+        return f"<tangent kernel {self.name}>"
+
+    def drop(self):
+        self.alive = False
+        specs = registry.peek(self.target, "_nr_jvp") or {}
+        if specs.get(self.key) is self:
+            del specs[self.key]
+        _LIVE.discard(self)
+
+
+def specialize(target, argtypes, mask, entry_of=None):
+    """The (cached) tangent kernel of a Method or function at ``argtypes``; ``mask``: which
+    arguments have tangents. ``entry_of``: build the kernel of a call of that function instead
+    (``nr.jvp(f)``'s entry: a rule of ``f`` itself applies there)."""
+    key = (tuple(argtypes), tuple(mask), entry_of is not None)
+    specs = registry.table(target, "_nr_jvp")
+    spec = specs.get(key)
+    if spec is not None and spec.alive:
+        return spec
+    if entry_of is not None:
+        func = entry_of
+    else:
+        func = target.func if isinstance(target, Method) else target
+    name = kernels._fresh_name(re.sub(r"\W", "_", getattr(func, "__name__", "f")))
+    spec = specs[key] = TangentSpec(key, target, func, name)
+    _LIVE.add(spec)
+    try:
+        _build(spec, tuple(argtypes), tuple(mask), entry_of)
+    except BaseException:
+        spec.drop()
+        raise
+    return spec
+
+
+def _entry_ir(f, n):
+    """``def <name>(a0, ..): _y = f(a0, ..); return _y``: the IR of a call of ``f`` itself."""
+    params = tuple(f"a{i}" for i in range(n))
+    name = re.sub(r"\W", "_", getattr(f, "__name__", "f"))
+    call = ir.Call(f, "_f", tuple(ir.Name(p) for p in params))
+    body = (ir.Assign("_y", call, 0), ir.Return(ir.Name("_y"), 0))
+    return ir.Function(name, params, body, "<nr.jvp>", 0)
+
+
+def _build(spec, argtypes, mask, entry_of):
+    if entry_of is not None:
+        fn = _entry_ir(entry_of, len(argtypes))
+        ns = targets.namespace({"_f": entry_of})
+        spec.func = entry_of
+    else:
+        fn, refs = frontend.normalize(spec.func)
+        ns = targets.namespace(refs)
+    types, rtype = kernels._typed(spec, fn, ns, argtypes)
+    if numba_glue.is_optional_type(rtype):
+        fn = kernels._no_value_errors(spec, fn, rtype, ns)
+        types, rtype = kernels._typed(spec, fn, ns, argtypes)
+    spec.fn = fn
+    types.update(dict(zip(fn.params, argtypes)))
+    types.update(kernels._global_operand_types(fn, ns, types))
+    spec.types, spec.return_type = types, rtype
+    stmts = list(ir.walk(fn.body))
+    view_of = dataflow.views(fn, types)
+    alias = dataflow._alias_classes(stmts, types, view_of)
+    active = dataflow._activity(fn, stmts, types, mask, alias)
+    for v in sorted(active):
+        if is_float_struct(types.get(v)):
+            site = next((s for s in stmts if getattr(s, "target", None) == v), None)
+            raise UnsupportedSyntaxError(
+                f"a differentiated struct ({v}: {types[v]}) in forward mode (nr.jvp)\n"
+                f"{dataflow.where(fn, getattr(site, 'line', fn.firstline))}\n"
+                f"Hint: forward mode differentiates floats, float arrays and tuples of them so "
+                f"far; use nr.grad or nr.pullback for structs.")
+    decisions, callees = [], []
+    calls = {}
+    for s in stmts:
+        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and s.target in active:
+            calls[id(s.expr)] = _classify(spec, s, types, ns, active, decisions, callees)
+    emitter = pushforward._Emitter(fn, types, active, calls)
+    source = emitter.kernel(spec.name, mask)
+    if emitter.uses_math:
+        ns["math"] = math
+    ns.update(forward_runtime.HELPERS)
+    typed_decisions, typed_callees = cache.relied_on(spec.typing_calls)
+    spec.node = cache.engine_node(f"jvp {spec.name}", decisions + typed_decisions,
+                                  callees + typed_callees, spec.drop)
+    spec.source = source
+    targets.exec_source(source, ns, f"jvp:{spec.name}", origin=fn if entry_of is None else None)
+    label = getattr(spec.func, "__qualname__", spec.name)
+    ns[f"jvp_{spec.name}"] = cache.owned(ns[f"jvp_{spec.name}"], f"{label} (jvp)",
+                                         depends=(spec.node,))
+    spec.ns = ns
+    spec.jvp = ns[f"jvp_{spec.name}"]
+    spec.ready = True
+    for other in spec.waiters:
+        other[f"jvp_{spec.name}"] = spec.jvp
+
+
+def _refuse(spec, s, what, hint):
+    return UnsupportedSyntaxError(f"{what}\n{dataflow.where(spec.fn, s.line)}\nHint: {hint}")
+
+
+def _classify(spec, s, types, ns, active, decisions, callees):
+    call = s.expr
+    f = call.func
+    if f is float:
+        return pushforward.TangentCall("identity")
+    if f in _NONDIFF:
+        return pushforward.TangentCall("nondiff")
+    if f in kernels._ALLOCS:
+        return pushforward.TangentCall("alloc")
+    if f is np.full:
+        return pushforward.TangentCall("full")
+    if isstruct(f):
+        raise _refuse(spec, s, f"building the struct {f.__name__} from differentiated values in "
+                      f"forward mode (nr.jvp)", "use nr.grad or nr.pullback for structs.")
+    argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
+                     for a in call.args)
+    arg_mask = tuple(isinstance(a, ir.Name) and a.id in active for a in call.args)
+    sig = tuple(from_numba(a) for a in argtypes)
+    try:
+        frule = rules.lookup_frule(f, sig)
+        rule = rules.lookup(f, sig)
+        method = f.resolve(sig) if isinstance(f, GenericFunction) else None
+    except (DispatchError, RuleError) as exc:
+        raise kernels._at(spec, s, exc) from None
+    decisions += [(f, sig, "frule", frule, argtypes), (f, sig, "rule", rule, argtypes)]
+    if method is not None:
+        decisions.append((f, sig, "method", method, argtypes))
+    spec.calls.append(dict(function=f, argtypes=argtypes, line=s.line,
+                           rule=frule or rule, method=method))
+    plain = not call.kwargs
+    if frule is not None:
+        if not plain:
+            raise _refuse(spec, s, f"a call by keyword of {f.__name__}, which has a forward rule",
+                          "pass its arguments by position.")
+        name = _free_name(ns, f"_frule_{getattr(f, '__name__', 'f')}", methods.helper(frule.impl))
+        return pushforward.TangentCall("frule", name)
+    if rule is not None and rule.kind == "non_differentiable":
+        return pushforward.TangentCall("nondiff")
+    scalar = rule if rule is not None and rule.kind == "scalar" else None
+    if rule is not None and rule.kind == "rrule":
+        # NumPy's element-wise functions have rrules for arrays (a faster pullback) beside
+        # their scalar rule, which serves arrays element-wise in forward mode
+        scalar = rules._most_specific(f, sig, tuple(r for r in rules.entries(f)
+                                                     if r.kind == "scalar"))
+    if scalar is not None:
+        inline = None
+        if all(is_real_scalar(t) for t in argtypes) and ns.get("math", math) is math:
+            inline = partials.inline_form(scalar.impl)
+        if inline is not None:
+            return pushforward.TangentCall("scalar", with_result=scalar.uses_result,
+                                           inline=inline)
+        name = _free_name(ns, f"_partials_{getattr(f, '__name__', 'f')}",
+                          methods.partials(scalar.impl))
+        return pushforward.TangentCall("scalar", name, with_result=scalar.uses_result)
+    if rule is not None and rule.kind == "rrule":
+        if not is_float(types.get(s.target)) or not plain:
+            raise DifferentiationError(
+                f"no forward rule for {rule!r}, and its result is {types.get(s.target)}: forward "
+                f"mode (nr.jvp) can use a reverse rule only for a float result (its pullback at "
+                f"1.0)\n{dataflow.where(spec.fn, s.line)}\n"
+                f"Hint: give it a forward rule with nr.frule (the value and its tangent from the "
+                f"arguments and their tangents).")
+        rspec = kernels.specialize(rule, argtypes, arg_mask)
+        if rspec.node is not None:
+            callees.append(rspec.node)
+        name = _free_name(ns, f"_vjp_{rspec.name}", rspec.vjp)
+        return pushforward.TangentCall("pullback", name,
+                                       tangents=tuple(t is not None for t in rspec.tangent_kinds))
+    if not plain:
+        raise _refuse(spec, s, f"a call by keyword of {getattr(f, '__name__', f)} in forward mode",
+                      "pass its arguments by position.")
+    target = method if method is not None else targets.source_of(f)
+    callee = specialize(target, argtypes, arg_mask)
+    if callee.node is not None:
+        callees.append(callee.node)
+    name = f"jvp_{callee.name}"
+    if callee.ready:
+        ns[name] = callee.jvp
+    elif callee is not spec:
+        callee.waiters.append(ns)
+    return pushforward.TangentCall("derived", name, mask=arg_mask)
+
+
+def _free_name(ns, base, value):
+    """``base`` (numbered when taken by another value) bound to ``value`` in ``ns``."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", base)
+    name, k = base, 1
+    while ns.get(name, value) is not value:
+        k += 1
+        name = f"{base}_{k}"
+    ns[name] = value
+    return name
