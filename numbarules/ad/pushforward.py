@@ -29,7 +29,7 @@ from numba import types as nbt
 from ..errors import UnsupportedSyntaxError
 from . import ir, partials
 from .dataflow import where
-from .kinds import is_array, is_float, is_float_tuple
+from .kinds import is_array, is_float_tuple
 
 
 @dataclass(frozen=True)
