@@ -12,6 +12,7 @@ import numpy as np
 
 from . import api, registry, tangent_kernels, targets
 from .ad import kinds
+from .structs import Tangent, isstruct
 
 
 class Jvp:
@@ -72,13 +73,19 @@ def _tangent(name, what, arg, t):
             return None
         if not isinstance(t, np.ndarray) or t.shape != arg.shape or t.dtype.kind not in "fiu":
             refuse(f"an array of shape {arg.shape}")
-        if arg.flags.f_contiguous and not arg.flags.c_contiguous:
-            return np.asfortranarray(t, dtype=arg.dtype)
-        return np.ascontiguousarray(t, dtype=arg.dtype)
+        # a copy: the kernel writes into the tangent of an argument the function writes into
+        order = "F" if arg.flags.f_contiguous and not arg.flags.c_contiguous else "C"
+        return np.array(t, dtype=arg.dtype, order=order)
     if isinstance(arg, (float, np.floating)):
         if isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real):
             refuse("a real number")
         return np.float32(t) if isinstance(arg, np.float32) else float(t)
+    if isstruct(type(arg)):
+        cls = Tangent[type(arg)]
+        if not isinstance(t, cls):
+            refuse(f"an nr.Tangent[{type(arg).__name__}]")
+        return cls(*(_tangent(name, f"{what}.{field}", a, b)
+                     for field, a, b in zip(type(arg)._nr_fields, arg, t)))
     if isinstance(arg, tuple) and kinds.is_float_tuple(numba.typeof(arg)):
         if not isinstance(t, tuple) or len(t) != len(arg):
             refuse(f"a tuple of {len(arg)} tangents")

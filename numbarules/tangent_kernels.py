@@ -28,7 +28,7 @@ import numpy as np
 
 from . import cache, kernels, methods, numba_glue, registry, rules, targets
 from .ad import dataflow, forward_runtime, frontend, ir, partials, pushforward
-from .ad.kinds import is_float, is_float_struct, is_real_scalar
+from .ad.kinds import is_float, is_real_scalar
 from .dispatch import GenericFunction, Method
 from .errors import DifferentiationError, DispatchError, RuleError, UnsupportedSyntaxError
 from .lattice import from_numba
@@ -44,7 +44,6 @@ class TangentSpec:
     def __init__(self, key, target, func, name):
         self.key, self.target, self.func, self.name = key, target, func, name
         self.alive, self.ready, self.node, self.bounds = True, False, None, False
-        self.waiters = []
         self.calls = []
 
     def __repr__(self):
@@ -111,14 +110,6 @@ def _build(spec, argtypes, mask, entry_of):
     view_of = dataflow.views(fn, types)
     alias = dataflow._alias_classes(stmts, types, view_of)
     active = dataflow._activity(fn, stmts, types, mask, alias)
-    for v in sorted(active):
-        if is_float_struct(types.get(v)):
-            site = next((s for s in stmts if getattr(s, "target", None) == v), None)
-            raise UnsupportedSyntaxError(
-                f"a differentiated struct ({v}: {types[v]}) in forward mode (nr.jvp)\n"
-                f"{dataflow.where(fn, getattr(site, 'line', fn.firstline))}\n"
-                f"Hint: forward mode differentiates floats, float arrays and tuples of them so "
-                f"far; use nr.grad or nr.pullback for structs.")
     decisions, callees = [], []
     calls = {}
     for s in stmts:
@@ -128,6 +119,7 @@ def _build(spec, argtypes, mask, entry_of):
     source = emitter.kernel(spec.name, mask)
     if emitter.uses_math:
         ns["math"] = math
+    ns.update(emitter.tangent_classes)
     ns.update(forward_runtime.HELPERS)
     typed_decisions, typed_callees = cache.relied_on(spec.typing_calls)
     spec.node = cache.engine_node(f"jvp {spec.name}", decisions + typed_decisions,
@@ -140,8 +132,6 @@ def _build(spec, argtypes, mask, entry_of):
     spec.ns = ns
     spec.jvp = ns[f"jvp_{spec.name}"]
     spec.ready = True
-    for other in spec.waiters:
-        other[f"jvp_{spec.name}"] = spec.jvp
 
 
 def _refuse(spec, s, what, hint):
@@ -160,8 +150,10 @@ def _classify(spec, s, types, ns, active, decisions, callees):
     if f is np.full:
         return pushforward.TangentCall("full")
     if isstruct(f):
-        raise _refuse(spec, s, f"building the struct {f.__name__} from differentiated values in "
-                      f"forward mode (nr.jvp)", "use nr.grad or nr.pullback for structs.")
+        if call.kwargs:
+            raise _refuse(spec, s, f"building the struct {f.__name__} by keyword in forward mode",
+                          "pass its fields by position.")
+        return pushforward.TangentCall("struct")
     argtypes = tuple(types[a.id] if isinstance(a, ir.Name) else numba_glue.typeof_value(a.value)
                      for a in call.args)
     arg_mask = tuple(isinstance(a, ir.Name) and a.id in active for a in call.args)
@@ -223,11 +215,12 @@ def _classify(spec, s, types, ns, active, decisions, callees):
     callee = specialize(target, argtypes, arg_mask)
     if callee.node is not None:
         callees.append(callee.node)
+    if not callee.ready:
+        raise _refuse(spec, s, f"a recursive call of {getattr(f, '__name__', f)} in forward mode "
+                      f"(nr.jvp)", "forward mode does not differentiate recursion yet; use "
+                      "nr.grad, or write the recursion as a loop.")
     name = f"jvp_{callee.name}"
-    if callee.ready:
-        ns[name] = callee.jvp
-    elif callee is not spec:
-        callee.waiters.append(ns)
+    ns[name] = callee.jvp
     return pushforward.TangentCall("derived", name, mask=arg_mask)
 
 

@@ -29,14 +29,15 @@ from numba import types as nbt
 from ..errors import UnsupportedSyntaxError
 from . import ir, partials
 from .dataflow import where
-from .kinds import is_array, is_float_tuple
+from .kinds import differentiable, is_array, is_float_struct, is_float_tuple
+from ..structs import Tangent
 
 
 @dataclass(frozen=True)
 class TangentCall:
     """How the tangent kernel treats one call whose result is active.
 
-    kind: ``identity`` (float(x)), ``nondiff`` (zero tangent), ``alloc`` (a new array: zeros),
+    kind: ``struct`` (a struct built: its Tangent from the fields' tangents), ``identity`` (float(x)), ``nondiff`` (zero tangent), ``alloc`` (a new array: zeros),
     ``full`` (np.full(shape, v): np.full(shape, dv)), ``scalar`` (a scalar rule's partials:
     ``name`` the compiled partials or ``inline`` their expressions), ``frule`` (``name`` returns
     the value and its tangent from the arguments and their tangents), ``pullback`` (``name`` is
@@ -60,6 +61,7 @@ class _Emitter:
         self.taken = set(types) | set(fn.params)
         self.names = {}
         self.uses_math = False
+        self.tangent_classes = {}     # namespace name -> Tangent[S], for struct tangents
 
     # --- names and zeros ----------------------------------------------------------------------
 
@@ -86,10 +88,22 @@ class _Emitter:
             return f"_np.zeros_like({like})"
         if isinstance(t, nbt.Float):
             return "0.0" if t.bitwidth == 64 else "_np.float32(0.0)"
-        if isinstance(t, nbt.BaseTuple) and is_float_tuple(t):
+        if is_float_tuple(t):
             items = [self.zero(e, f"{like}[{k}]") for k, e in enumerate(t)]
             return "(" + "".join(i + ", " for i in items) + ")"
+        if is_float_struct(t):
+            fields = t.instance_class._nr_fields
+            items = [self.zero(e, f"{like}.{name}") for name, e in zip(fields, t)]
+            return f"{self.tangent_class(t.instance_class)}({', '.join(items)})"
         return "None"
+
+    def tangent_class(self, struct):
+        """The namespace name of ``Tangent[struct]`` (tangent_kernels binds it)."""
+        name = f"_Tangent_{struct.__name__}"
+        while self.tangent_classes.get(name, Tangent[struct]) is not Tangent[struct]:
+            name += "_"
+        self.tangent_classes[name] = Tangent[struct]
+        return name
 
     def tangent_or_zero(self, atom):
         found = self.tangent(atom)
@@ -108,7 +122,11 @@ class _Emitter:
     def kernel(self, name, mask):
         params = list(self.fn.params)
         tangent_params = [self.d(p) for p, m in zip(params, mask) if m]
-        body = self.block(self.fn.body, 1)
+        # an argument that is not differentiated but shares an active array's alias class (a
+        # name rebound to it in a loop): its contents carry no tangent
+        body = [f"    {self.d(p)} = {self.zero(self.types.get(p), p)}"
+                for p, m in zip(params, mask) if p in self.active and not m]
+        body += self.block(self.fn.body, 1)
         head = f"def jvp_{name}({', '.join(params + tangent_params)}):"
         return "\n".join([head] + body) + "\n"
 
@@ -188,9 +206,10 @@ class _Emitter:
                 return None
             if e.attr == "T" and is_array(self.types.get(e.a.id)):
                 return f"{da}.T"
+            if is_float_struct(self.types.get(e.a.id)):
+                return f"{da}.{e.attr}"         # Tangent[S] has S's fields
             self.refuse(s, f"the attribute .{e.attr} of a differentiated value",
-                        "forward mode differentiates floats, float arrays and tuples of them; "
-                        "use nr.grad or nr.pullback for structs.")
+                        "read the arrays' elements or use the NumPy function.")
         if isinstance(e, ir.MethodCall):
             da = D(e.obj)
             if da is None:
@@ -217,7 +236,8 @@ class _Emitter:
                 # a fresh array of the result's shape (the result is a new array; its tangent
                 # must not share the operand's)
                 return f"_spread({da}, {t})" if arr else da
-            return f"_spread(-{db}, {t})" if arr else (db if op == "+" else f"-{db}")
+            neg = db if op == "+" else f"-{db}"
+            return f"_spread({neg}, {t})" if arr else neg
         if op == "*":
             terms = ([f"{da} * {B}"] if da is not None else []) + \
                     ([f"{A} * {db}"] if db is not None else [])
@@ -262,6 +282,11 @@ class _Emitter:
         cp = self.calls[id(e)]
         arr = is_array(self.types.get(t))
         args = [a.src() for a in e.args]
+        if cp.kind == "struct":
+            t_type = self.types.get(t)
+            items = [self.tangent_or_zero(a) if differentiable(ft) else "None"
+                     for a, ft in zip(e.args, t_type)]
+            return [primal, f"{dt} = {self.tangent_class(t_type.instance_class)}({', '.join(items)})"]
         if cp.kind == "identity":
             return [primal, f"{dt} = {self.tangent_or_zero(e.args[0])}"]
         if cp.kind in ("nondiff", "alloc"):

@@ -11,6 +11,12 @@ Per program, at one input point:
    1e-5, atol 1e-6 * max(1, |f|)), and the values of ``value_and_grad`` and ``pullback`` with
    the Python value (1e-9).
 
+Then forward mode: ``nr.jvp(f, argnums)(*args, v)`` along a random direction ``v`` must give the
+Python value and ``grad . v`` (to 1e-8 of the sum of the terms' magnitudes; the gradient has just
+been checked against finite differences). A wrong directional derivative is ``wrong``; a
+refusal (a ``NumbarulesError``) leaves the outcome as it is and is counted apart
+(``Result.jvp``): forward mode does not cover every construct reverse mode does.
+
 A point where finite differences are unreliable is re-drawn: at a kink (``abs``, ``max``, a
 data-dependent branch), central differences with steps h and 2h, or the second-order one-sided
 differences to the left and to the right, disagree with each other; or the lines the program
@@ -285,7 +291,77 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         if any(p.startswith("primal value") for p in problems):
             out = _invalid_or(prog, mod, attempt, "wrong", value=y_ref)
         return _done(res, out, when + problems[0], "\n".join(problems[:12]), t0), None
+
+    # 4. forward mode against the gradient just checked
+    t4 = time.perf_counter()
+    outcome, why = _check_jvp(prog, f, attempt, argnums, dict(zip(argnums, g)), y_ref)
+    res.stages[key + "jvp"] = time.perf_counter() - t4
+    if outcome == "refused":
+        res.jvp = f"refused: {why.splitlines()[0][:200]}"
+    elif outcome != "ok":
+        return _done(res, outcome, f"{when}nr.jvp: {why.splitlines()[0]}", why, t0), None
+    else:
+        res.jvp = "ok"
     return _done(res, "ok", "", "", t0), _Paths(grad, pb, t_pb)
+
+
+JVP_RTOL = 1e-8
+
+
+def _direction(value, rng):
+    """A random tangent of the kind of ``value`` (None where it carries none)."""
+    if isinstance(value, bool) or isinstance(value, (int, np.integer)):
+        return None
+    if isinstance(value, (float, np.floating)):
+        return float(rng.uniform(-1.0, 1.0))
+    if isinstance(value, np.ndarray):
+        return rng.uniform(-1.0, 1.0, value.shape) if value.dtype.kind == "f" else None
+    if _is_struct(value):
+        from numbarules import Tangent
+        return Tangent[type(value)](*(_direction(v, rng) for v in value))
+    if isinstance(value, tuple):
+        return tuple(_direction(v, rng) for v in value)
+    return None
+
+
+def _check_jvp(prog, f, attempt, argnums, grads, y_ref):
+    """("ok" | "refused" | "wrong" | "internal", message): nr.jvp along a random direction
+    against the value and ``grad . v``."""
+    import numbarules as nr
+
+    rng = np.random.default_rng([prog.seed, prog.index, attempt])
+    args = prog.args(attempt)
+    dirs = {i: _direction(args[i], rng) for i in argnums}
+    tangent = dirs[argnums[0]] if len(argnums) == 1 and not isinstance(prog.argnums, tuple) \
+        else tuple(dirs[i] for i in argnums)
+    try:
+        y, dy = nr.jvp(f, prog.argnums)(*args, tangent)
+        _same_args(prog, attempt, args, "nr.jvp")
+    except _ArgWritten as exc:
+        return "wrong", str(exc)
+    except nr.NumbarulesError as exc:
+        return "refused", f"{type(exc).__name__}: {exc}"
+    except RecursionError as exc:
+        return "internal", f"RecursionError: {exc}"
+    except Exception as exc:   # noqa: BLE001 - anything else is the engine's failure
+        return "internal", f"{_first_line(exc)}\n{traceback.format_exc()}"
+    if not _close(y, y_ref, VALUE_RTOL, VALUE_RTOL):
+        return "wrong", f"the value is {y!r}, Python gives {y_ref!r}"
+    want, scale = 0.0, 0.0
+    for i in argnums:
+        for p in leaves(args[i]):
+            gi, vi = get_leaf(grads[i], p), get_leaf(dirs[i], p)
+            if isinstance(gi, float) and isinstance(vi, float):
+                want += gi * vi
+                scale += abs(gi * vi)
+    try:
+        dy = float(dy)
+    except (TypeError, ValueError):
+        return "wrong", f"the tangent is {dy!r:.100}, not a float"
+    if not math.isfinite(dy) or abs(dy - want) > AD_ATOL + JVP_RTOL * max(scale, abs(want)):
+        return "wrong", (f"the directional derivative is {dy!r}, grad . v gives {want!r} "
+                         f"(direction {tangent!r:.200})")
+    return "ok", ""
 
 
 #: A quoted name of the normalisation's temporaries (``_t2``, ``_j1``) in a message.

@@ -36,6 +36,7 @@ class Result:
     stages: dict = field(default_factory=dict)   # seconds per stage (fd, grad, pullback, ...)
     disk_hits: int = 0       # specializations loaded from numbarules' disk cache by the check
     loaded: bool = False     # the check of ``run(disk_cache=True)``'s second process
+    jvp: str = ""            # forward mode: "ok", "refused: <class>", "" (not reached)
 
     def to_json(self):
         return json.dumps(self.__dict__)
@@ -136,6 +137,13 @@ class Summary:
                      f"{self.skipped_points}; coordinates left unchecked: "
                      f"{sum(r.skipped_coordinates for r in self.results)} of "
                      f"{sum(r.checked_coordinates + r.skipped_coordinates for r in self.results)}")
+        checked = [r for r in self.results if r.jvp]
+        if checked:
+            refused = [r for r in checked if r.jvp.startswith("refused")]
+            lines.append(f"  forward mode (nr.jvp against grad . v): {len(checked) - len(refused)}"
+                         f" ok, {len(refused)} refused"
+                         + (f" ({', '.join(sorted(set(refusal_class(r.jvp) for r in refused)))})"
+                            if refused else ""))
         loaded = [r for r in self.results if r.loaded]
         if loaded:
             lines.append(f"  checked again in another process from the disk cache: {len(loaded)} "
@@ -158,6 +166,9 @@ class Summary:
             for sig, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
                 ids = ", ".join(f"{r.index}" for r in rs[:12]) + (" ..." if len(rs) > 12 else "")
                 out.append(f"  [{len(rs)}x] {sig}\n      programs: {ids}")
+        for r in self.results:
+            if r.jvp.startswith("refused"):
+                out.append(f"  program {r.index}: nr.jvp {r.jvp[:220]}")
         expected = [r for r in self.results if r.outcome in ("refused", "skipped")
                     and r not in self.failures]
         if expected:

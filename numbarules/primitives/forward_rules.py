@@ -11,7 +11,7 @@ Each rule takes the arguments, then one tangent per argument (None for integers)
 
 import numpy as np
 
-from ..lattice import AbstractFloat, Array, Integer, Matrix, Vector
+from ..lattice import AbstractFloat, Any, Array, Integer, Matrix, Vector
 from ..rules import frule
 from .arrays import blocks, join, new_axis
 
@@ -28,9 +28,19 @@ def _sum_axis(x, axis, dx, daxis):
     return np.sum(x, axis), np.sum(dx, axis)
 
 
+@frule(np.sum, Array[AbstractFloat], Any)
+def _sum_axes(x, axes, dx, daxes):
+    return np.sum(x, axes), np.sum(dx, axes)
+
+
 @frule(np.mean, Array[AbstractFloat])
 def _mean(x, dx):
     return np.mean(x), np.mean(dx)
+
+
+@frule(np.mean, Array[AbstractFloat], Integer)
+def _mean_axis(x, axis, dx, daxis):
+    return np.mean(x, axis), np.mean(dx, axis)
 
 
 @frule(np.cumsum, Array[AbstractFloat])
@@ -142,6 +152,36 @@ def _det(a, da):
     y = np.linalg.det(a)
     # d det = det * trace(A^-1 dA) = trace(adj(A) dA); solved, not inverted, for accuracy
     return y, y * np.trace(np.linalg.solve(a, da))
+
+
+@frule(np.linalg.slogdet, Matrix[AbstractFloat])
+def _slogdet(a, da):
+    sign, logdet = np.linalg.slogdet(a)
+    return (sign, logdet), (0.0, np.trace(np.linalg.solve(a, da)))
+
+
+@frule(np.prod, Array[AbstractFloat], Integer)
+def _prod_axis(x, axis, dx, daxis):
+    y = np.prod(x, axis)
+    return y, _running_product_tangent(x, dx, axis).reshape(y.shape)
+
+
+def _running_product_tangent(x, dx, axis):
+    """The tangent of the product along ``axis``, carried along the running product
+    (d(p x) = dp x + p dx): exact where an element is zero, no division."""
+    before, n, after = blocks(x.shape, axis)
+    x3 = np.ascontiguousarray(x).reshape((before, n, after))
+    d3 = np.ascontiguousarray(dx).reshape((before, n, after))
+    out = np.empty((before, after), x.dtype)
+    for p in range(before):
+        for q in range(after):
+            running = 1.0
+            tangent = 0.0
+            for k in range(n):
+                tangent = tangent * x3[p, k, q] + running * d3[p, k, q]
+                running *= x3[p, k, q]
+            out[p, q] = tangent
+    return out
 
 
 # --- max and min: JAX's convention, the tangent averaged over the tied positions ------------
