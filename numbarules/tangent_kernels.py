@@ -191,8 +191,12 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         if inline is not None:
             return pushforward.TangentCall("scalar", with_result=scalar.uses_result,
                                            inline=inline)
-        name = _free_name(ns, f"_partials_{getattr(f, '__name__', 'f')}",
-                          methods.partials(scalar.impl))
+        disp = methods.partials(scalar.impl)
+        base = f"_partials_{getattr(f, '__name__', 'f')}"
+        if not all(is_real_scalar(t) for t in argtypes) and not scalar.uses_result:
+            # on arrays, element by element through a helper that passes the result too
+            disp, base = forward_runtime.with_result(disp, len(argtypes)), base + "_y"
+        name = _free_name(ns, base, disp)
         return pushforward.TangentCall("scalar", name, with_result=scalar.uses_result)
     if rule is not None and rule.kind == "rrule":
         if not is_float(types.get(s.target)) or not plain:

@@ -299,6 +299,17 @@ class _Emitter:
             return [primal, f"{dt} = _spread({dv}, {t})"]
         if cp.kind == "scalar":
             extra = [t] if cp.with_result else []
+            if arr:
+                # element by element: partials are written for scalars
+                if len(e.args) > 3:
+                    self.refuse(s, f"an element-wise function of {len(e.args)} arrays",
+                                "give it a forward rule with nr.frule.")
+                helper = ("_unary_tangent", "_binary_tangent", "_ternary_tangent")[len(e.args) - 1]
+                if len(e.args) == 1:
+                    operands = [args[0], t, self.tangent_or_zero(e.args[0])]
+                else:
+                    operands = args + [t] + [self.tangent(a) or "None" for a in e.args]
+                return [primal, f"{dt} = {helper}({', '.join(operands)}, {cp.name})"]
             terms = []
             lines = [primal]
             if cp.inline is not None:
@@ -316,8 +327,7 @@ class _Emitter:
                         terms.append(f"{p}[{k}] * {da}")
             if not terms:
                 return lines + [f"{dt} = {self.zero(self.types.get(t), t)}"]
-            text = " + ".join(terms)
-            return lines + [f"{dt} = _fit({text}, {t})" if arr else f"{dt} = {text}"]
+            return lines + [f"{dt} = {' + '.join(terms)}"]
         if cp.kind == "frule":
             tangents = [self.tangent_or_zero(a) for a in e.args]
             return [f"{t}, {dt} = {cp.name}({', '.join(args + tangents)})"]
