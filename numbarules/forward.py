@@ -5,6 +5,7 @@ a rule of ``f`` applies there as it would inside another function) computes the 
 directional derivative in one pass, with no tape.
 """
 
+import inspect
 import numbers
 
 import numba
@@ -12,6 +13,7 @@ import numpy as np
 
 from . import api, registry, tangent_kernels, targets
 from .ad import kinds
+from .dispatch import GenericFunction
 from .structs import Tangent, isstruct
 
 
@@ -25,6 +27,8 @@ class Jvp:
                 isinstance(argnums, tuple) and not all(isinstance(a, int) for a in argnums)):
             raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}")
         self.f, self.argnums = f, argnums
+        self._specs = {}        # (argument types, argnums) -> the entry's tangent kernel
+        self._arity = None      # f's number of parameters, where calls need no binding
         name = getattr(f, "__qualname__", getattr(f, "__name__", "f"))
         self.__qualname__ = f"jvp({name})"
 
@@ -36,10 +40,14 @@ class Jvp:
             raise TypeError(f"{self.__qualname__} takes the arguments of "
                             f"{getattr(self.f, '__name__', 'f')}, then the tangent")
         *primal, tangent = args
-        primal = api._positional(self.f, tuple(primal), "jvp")
-        error = api._argument_error(self, primal)
-        if error is not None:
-            raise error
+        if len(primal) != self._arity:
+            primal = api._positional(self.f, tuple(primal), "jvp")
+        try:
+            argtypes = tuple(numba.typeof(a) for a in primal)
+        except ValueError:
+            argtypes = None
+        if argtypes is None or any(isinstance(t, numba.types.PyObject) for t in argtypes):
+            raise api._argument_error(self, primal)
         nums = api._argnums(self.argnums, len(primal))
         if isinstance(self.argnums, int):
             tangents = (tangent,)
@@ -49,21 +57,35 @@ class Jvp:
                                  f"tangent must be a tuple of {len(nums)} tangents, one per "
                                  f"differentiated argument, not {api._describe(tangent)}")
             tangents = tangent
-        argtypes = tuple(numba.typeof(a) for a in primal)
-        mask = tuple(i in nums for i in range(len(primal)))
-        targets.check_arguments(self.f, argtypes, mask)
+        spec = self._specs.get((argtypes, nums))
+        if spec is None or not spec.alive:
+            mask = tuple(i in nums for i in range(len(primal)))
+            targets.check_arguments(self.f, argtypes, mask)
+            spec = self._specs[(argtypes, nums)] = _spec(self.f, argtypes, mask)
+            self._arity = _arity(self.f)
         given = [None] * len(primal)
         for k, t in zip(nums, tangents):
-            given[k] = _tangent(self.__qualname__, f"the tangent of argument {k}", primal[k], t)
-        spec = _spec(self.f, argtypes, mask)
+            given[k] = _tangent(self.__qualname__, f"the tangent of argument {k}", primal[k], t,
+                                spec.writes_arguments)
         return spec.jvp(*primal, *(given[k] for k in sorted(set(nums))))
+
+
+def _arity(f):
+    """The number of parameters of ``f`` when every call must pass them all (no defaults), so
+    that a call with that many arguments needs no binding; else None."""
+    try:
+        params = inspect.signature(api._python_function(f)).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    plain = all(p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+    return len(params) if plain and not isinstance(f, GenericFunction) else None
 
 
 def _spec(f, argtypes, mask):
     return tangent_kernels.specialize(f, argtypes, mask, entry_of=f)
 
 
-def _tangent(name, what, arg, t):
+def _tangent(name, what, arg, t, copy=False):
     """``t`` checked against the argument ``arg`` it is a tangent of, converted to its kind."""
     def refuse(expected):
         raise ValueError(f"{name}: {what} must be {expected}, like the argument, not "
@@ -73,9 +95,10 @@ def _tangent(name, what, arg, t):
             return None
         if not isinstance(t, np.ndarray) or t.shape != arg.shape or t.dtype.kind not in "fiu":
             refuse(f"an array of shape {arg.shape}")
-        # a copy: the kernel writes into the tangent of an argument the function writes into
         order = "F" if arg.flags.f_contiguous and not arg.flags.c_contiguous else "C"
-        return np.array(t, dtype=arg.dtype, order=order)
+        # a copy where the kernel writes into the tangent (of an argument the function writes
+        # into): the caller's array is left as it was
+        return np.array(t, dtype=arg.dtype, order=order, copy=True if copy else None)
     if isinstance(arg, (float, np.floating)):
         if isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real):
             refuse("a real number")
@@ -84,12 +107,13 @@ def _tangent(name, what, arg, t):
         cls = Tangent[type(arg)]
         if not isinstance(t, cls):
             refuse(f"an nr.Tangent[{type(arg).__name__}]")
-        return cls(*(_tangent(name, f"{what}.{field}", a, b)
+        return cls(*(_tangent(name, f"{what}.{field}", a, b, copy)
                      for field, a, b in zip(type(arg)._nr_fields, arg, t)))
     if isinstance(arg, tuple) and kinds.is_float_tuple(numba.typeof(arg)):
         if not isinstance(t, tuple) or len(t) != len(arg):
             refuse(f"a tuple of {len(arg)} tangents")
-        return tuple(_tangent(name, f"{what}[{k}]", a, b) for k, (a, b) in enumerate(zip(arg, t)))
+        return tuple(_tangent(name, f"{what}[{k}]", a, b, copy)
+                     for k, (a, b) in enumerate(zip(arg, t)))
     return None        # integers, booleans: no tangent
 
 

@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from . import cache, kernels, methods, numba_glue, registry, rules, targets
+from . import cache, kernels, methods, numba_glue, probes, registry, rules, targets
 from .ad import dataflow, forward_runtime, frontend, ir, partials, pushforward
 from .ad.kinds import is_float, is_real_scalar
 from .dispatch import GenericFunction, Method
@@ -107,6 +107,9 @@ def _build(spec, argtypes, mask, entry_of):
     types.update(kernels._global_operand_types(fn, ns, types))
     spec.types, spec.return_type = types, rtype
     stmts = list(ir.walk(fn.body))
+    # the kernel writes into the tangent of an argument it writes into: nr.jvp then passes a copy
+    spec.writes_arguments = any(kind in ("argument", "part")
+                                for kind, *_ in probes._array_writes(fn, types))
     view_of = dataflow.views(fn, types)
     alias = dataflow._alias_classes(stmts, types, view_of)
     active = dataflow._activity(fn, stmts, types, mask, alias)
@@ -221,8 +224,9 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         callees.append(callee.node)
     if not callee.ready:
         raise _refuse(spec, s, f"a recursive call of {getattr(f, '__name__', f)} in forward mode "
-                      f"(nr.jvp)", "forward mode does not differentiate recursion yet; use "
-                      "nr.grad, or write the recursion as a loop.")
+                      f"(nr.jvp)", "forward mode does not differentiate recursion yet (Numba "
+                      "leaves a generated recursive kernel's call to itself unresolved: "
+                      "docs/numba-internals.md); use nr.grad, or write the recursion as a loop.")
     name = f"jvp_{callee.name}"
     ns[name] = callee.jvp
     return pushforward.TangentCall("derived", name, mask=arg_mask)

@@ -255,3 +255,14 @@ def test_numpy_functions_of_array_results_have_forward_rules():
         v = rng.standard_normal(arg.shape)
         y, dy = nr.jvp(f)(arg, v)
         assert np.allclose(dy, central(f, (arg,), 0, v), rtol=1e-6, atol=1e-8)
+
+
+def test_a_function_writing_into_its_argument_leaves_the_callers_tangent_alone():
+    def f(x):
+        x[0] = x[0] * 3.0
+        return np.sum(x * x)
+    x, v = np.array([1.0, 2.0]), np.array([1.0, 1.0])
+    y, dy = nr.jvp(f)(x, v)
+    assert list(x) == [3.0, 2.0]           # the function's own write, as in Python
+    assert list(v) == [1.0, 1.0]
+    assert dy == pytest.approx(2 * 3.0 * 3.0 + 2 * 2.0)

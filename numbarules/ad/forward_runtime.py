@@ -55,6 +55,12 @@ def _fit_impl(e, like):
 def _vdot_impl(g, d):
     if isinstance(g, types.NoneType) or isinstance(d, types.NoneType):
         return lambda g, d: 0.0
+    if isinstance(g, types.BaseTuple):
+        # structs (Tangent[S]) and tuples: the sum over their items, unrolled
+        terms = " + ".join(f"_vdot(g[{k}], d[{k}])" for k in range(len(g))) or "0.0"
+        ns = {"_vdot": _vdot}
+        exec(f"def dot(g, d):\n    return 0.0 + {terms}\n", ns)  # noqa: S102
+        return ns["dot"]
     if isinstance(g, types.Array):
         def dot(g, d):
             s = 0.0

@@ -1,0 +1,78 @@
+"""Forward mode: ``nr.jvp`` of the three AD workloads against their njit primal.
+
+For each workload (perf/_workloads_ad.py: Rosenbrock over 10^6 inputs, the O(n^2) pair energy
+over 1000 particles, the 20,000-step pendulum) the njit primal, ``nr.jvp(f, argnums)`` along a
+random direction and ``nr.value_and_grad(f, argnums)`` are timed interleaved in one run (the
+minimum of each kept), so the ratios share the machine's noise. The directional derivative is
+checked against the hand-written adjoint's gradient dotted with the direction first. Target
+(issue 17): jvp at most 1.5x the primal. JAX's ``jit(jvp(f))`` of the same functions is shown
+where JAX is installed.
+
+Run: python perf/bench_higher.py [--quick]
+"""
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+import numbarules as nr
+
+try:
+    from perf._workloads_ad import WORKLOADS
+    from perf.bench_ad import time_interleaved
+except ImportError:                         # run as a script without the repository on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from perf._workloads_ad import WORKLOADS
+    from perf.bench_ad import time_interleaved
+
+TARGET = 1.5
+
+
+def bench(workload, size, rounds, sample_s, rng):
+    args = workload.make_args(size, rng)
+    nums = (workload.argnums,) if isinstance(workload.argnums, int) else workload.argnums
+    dirs = tuple(rng.uniform(-1.0, 1.0, np.shape(args[k])) for k in nums)
+    tangent = dirs[0] if isinstance(workload.argnums, int) else dirs
+    jvp = nr.jvp(workload.primal, workload.argnums)
+    vg = nr.value_and_grad(workload.primal, workload.argnums)
+    y, dy = jvp(*args, tangent)
+    _, g = workload.adjoint(*args)
+    g = (g,) if isinstance(workload.argnums, int) else g
+    want = sum(float(np.sum(gk * vk)) for gk, vk in zip(g, dirs))
+    if not np.isclose(dy, want, rtol=1e-9):
+        raise AssertionError(f"{workload.name}: jvp gives {dy!r}, grad . v {want!r}")
+    workload.primal_jit(*args)
+    vg(*args)
+    fns = [workload.primal_jit, lambda *a: jvp(*a, tangent), vg]
+    primal, t_jvp, t_vg = time_interleaved(fns, args, rounds, sample_s)
+    return workload.name, size, primal, t_jvp, t_vg
+
+
+def run(quick=False, out=print):
+    rng = np.random.default_rng(0)
+    rounds, sample_s = (10, 0.003) if quick else (40, 0.01)
+    out(f"nr.jvp against the njit primal ({time.strftime('%Y-%m-%d')}, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores)")
+    out("| workload | size | njit primal | nr.jvp | jvp / primal | value_and_grad / primal |")
+    out("|---|---|---|---|---|---|")
+    rows = []
+    for w in WORKLOADS:
+        name, size, primal, t_jvp, t_vg = bench(w, w.quick_size if quick else w.size, rounds,
+                                                sample_s, rng)
+        rows.append((name, t_jvp / primal))
+        out(f"| {name} | {size} | {primal * 1e3:.3f} ms | {t_jvp * 1e3:.3f} ms | "
+            f"{t_jvp / primal:.2f}x | {t_vg / primal:.2f}x |")
+    worst = max(r for _, r in rows)
+    out(f"target: jvp <= {TARGET}x the primal on every workload: "
+        f"{'met' if worst <= TARGET else 'not met'} (worst {worst:.2f}x)")
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
+    run(parser.parse_args().quick)
