@@ -42,12 +42,6 @@ class Jvp:
         *primal, tangent = args
         if len(primal) != self._arity:
             primal = api._positional(self.f, tuple(primal), "jvp")
-        try:
-            argtypes = tuple(numba.typeof(a) for a in primal)
-        except ValueError:
-            argtypes = None
-        if argtypes is None or any(isinstance(t, numba.types.PyObject) for t in argtypes):
-            raise api._argument_error(self, primal)
         nums = api._argnums(self.argnums, len(primal))
         if isinstance(self.argnums, int):
             tangents = (tangent,)
@@ -57,17 +51,31 @@ class Jvp:
                                  f"tangent must be a tuple of {len(nums)} tangents, one per "
                                  f"differentiated argument, not {api._describe(tangent)}")
             tangents = tangent
+        spec = self._entry(primal, nums)
+        given = [None] * len(primal)
+        for k, t in zip(nums, tangents):
+            given[k] = self._tangent(k, primal[k], t, spec)
+        return spec.jvp(*primal, *(given[k] for k in sorted(set(nums))))
+
+    def _entry(self, primal, nums):
+        """The tangent kernel of a call of f with these arguments, tangents for ``nums``."""
+        try:
+            argtypes = tuple(numba.typeof(a) for a in primal)
+        except ValueError:
+            argtypes = None
+        if argtypes is None or any(isinstance(t, numba.types.PyObject) for t in argtypes):
+            raise api._argument_error(self, primal)
         spec = self._specs.get((argtypes, nums))
         if spec is None or not spec.alive:
             mask = tuple(i in nums for i in range(len(primal)))
             targets.check_arguments(self.f, argtypes, mask)
             spec = self._specs[(argtypes, nums)] = _spec(self.f, argtypes, mask)
             self._arity = _arity(self.f)
-        given = [None] * len(primal)
-        for k, t in zip(nums, tangents):
-            given[k] = _tangent(self.__qualname__, f"the tangent of argument {k}", primal[k], t,
-                                spec.writes_arguments)
-        return spec.jvp(*primal, *(given[k] for k in sorted(set(nums))))
+        return spec
+
+    def _tangent(self, k, arg, t, spec):
+        return _tangent(self.__qualname__, f"the tangent of argument {k}", arg, t,
+                        spec.writes_arguments)
 
 
 def _arity(f):

@@ -146,6 +146,9 @@ def _build(spec, argtypes, mask):
     # The primal's types rely on every call it makes, differentiated or not: a method added
     # later that turns an int result into a float (or a float into an array) changes them.
     typed_decisions, typed_callees = cache.relied_on(spec.typing_calls)
+    # generated functions (higher.py: a directional derivative) name the engine nodes of the
+    # code they were generated from: dropping one drops these kernels too
+    callees += list(getattr(spec.func, "_nr_depends", ()))
     spec.node = cache.engine_node(f"AD {spec.name}", decisions + probed + typed_decisions,
                                   callees + typed_callees, spec.drop)
     if spec.kernels.whole is not None and not getattr(spec, "recursive", False):

@@ -33,6 +33,10 @@ def target_for(f, argtypes):
         return rule, tuple(decisions)
     if method is not None:
         return method, tuple(decisions)
+    if getattr(f, "_nr_gradient_of", None) is not None:
+        # nr.grad(f) of a float argument: its directional derivative's generated source
+        from .higher import derivative_function
+        return derivative_function(f, argtypes), tuple(decisions)
     return source_of(f), tuple(decisions)
 
 

@@ -1,0 +1,153 @@
+"""Second derivatives: ``nr.hvp``, ``nr.hessian`` and ``nr.grad(nr.grad(f))``, reverse over forward.
+
+The tangent kernel of ``f`` (``tangent_kernels``) is generated Python source in the language the
+reverse mode differentiates: loops, arrays, arithmetic, calls of rules' helpers. So the
+Hessian-vector product is the gradient of a directional derivative,
+
+    H v = grad_x (grad f(x) . v) = nr.grad(lambda x, v: jvp(f)(x, v)[1])(x, v),
+
+one tangent sweep and its reverse, with no Hessian formed (JAX's ``hvp`` runs forward over
+reverse; for a symmetric H the two give the same product). The function differentiated is
+generated here per tangent kernel (``_directional``), its source registered with linecache
+so that the reverse mode reads it like a user's function; its reverse kernels depend on the
+tangent kernel's engine node (``_nr_depends``), so a method or rule that drops the tangent
+kernel drops them too.
+
+``nr.grad(g)`` where ``g = nr.grad(f)`` of a float argument: ``g(x)`` is the directional
+derivative along 1.0, so the same generated function serves as ``g``'s source: second
+derivatives of scalar functions, and gradient objects called inside differentiated code.
+"""
+
+import numpy as np
+
+from . import api, registry, tangent_kernels, targets
+from .ad import kinds
+from .errors import DifferentiationError
+
+
+def _directional(spec, nums, n, seed=None):
+    """A Python function ``(a0, .., an-1, d0, ..) -> dy`` (tangents of arguments ``nums``), or
+    with ``seed`` (a float) ``(a0, .., an-1) -> dy`` along ``seed``: the tangent kernel's output
+    tangent, differentiable by the reverse mode."""
+    key = (tuple(nums), seed)
+    made = spec.__dict__.setdefault("directional", {})
+    if key in made:
+        return made[key]
+    params = [f"a{i}" for i in range(n)]
+    tangents = [f"d{k}" for k in nums] if seed is None else [repr(float(seed))] * len(nums)
+    head = params + ([f"d{k}" for k in nums] if seed is None else [])
+    name = f"d_{spec.name}" if seed is not None else f"hvp_{spec.name}"
+    src = (f"def {name}({', '.join(head)}):\n"
+           f"    _y, _dy = jvp_{spec.name}({', '.join(params + tangents)})\n"
+           f"    return _dy\n")
+    ns = {f"jvp_{spec.name}": spec.jvp, "__name__": spec.ns["__name__"]}
+    targets.exec_source(src, ns, f"directional:{spec.name}")
+    fn = ns[name]
+    fn._nr_depends = (spec.node,)         # its reverse kernels fall with the tangent kernel
+    made[key] = fn
+    return fn
+
+
+def derivative_function(gradient, argtypes):
+    """What ``nr.grad(f)`` is differentiated as at ``argtypes`` (float arguments): the generated
+    directional derivative along 1.0 (``_directional``). DifferentiationError otherwise."""
+    f, argnums = gradient.f, gradient.argnums
+    name = getattr(f, "__qualname__", getattr(f, "__name__", "f"))
+    if gradient.with_value or not isinstance(argnums, int) or \
+            not kinds.is_float(argtypes[argnums % len(argtypes)]):
+        raise DifferentiationError(
+            f"cannot differentiate {gradient!r} at {tuple(str(t) for t in argtypes)}: second "
+            f"derivatives through a gradient object are supported for nr.grad of one float "
+            f"argument (its derivative is a directional one). Hint: for arrays use "
+            f"nr.hvp({name}) or nr.hessian({name}) from Python.")
+    k = argnums % len(argtypes)
+    mask = tuple(i == k for i in range(len(argtypes)))
+    spec = tangent_kernels.specialize(f, argtypes, mask, entry_of=f)
+    if not kinds.is_float(spec.return_type):
+        raise DifferentiationError(f"{gradient!r}: {name} returns {spec.return_type}, not a float")
+    return _directional(spec, (k,), len(argtypes), seed=1.0)
+
+
+class Hvp:
+    """``nr.hvp(f, argnums)``."""
+
+    def __init__(self, f, argnums):
+        self.jvp = api_jvp(f, argnums)
+        self.f, self.argnums = f, argnums
+        self.__qualname__ = f"hvp({getattr(f, '__qualname__', getattr(f, '__name__', 'f'))})"
+
+    def __repr__(self):
+        return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"
+
+    def __call__(self, *args):
+        if not args:
+            raise TypeError(f"{self.__qualname__} takes the arguments, then the direction")
+        *primal, v = args
+        primal = api._positional(self.f, tuple(primal), "hvp")
+        nums = api._argnums(self.argnums, len(primal))
+        spec = self.jvp._entry(primal, nums)
+        if not kinds.is_float(spec.return_type):
+            raise TypeError(f"{self.__qualname__}: {getattr(self.f, '__name__', 'f')} returns "
+                            f"{spec.return_type}; a Hessian needs a float result")
+        vs = (v,) if isinstance(self.argnums, int) else tuple(v)
+        if len(vs) != len(nums):
+            raise ValueError(f"{self.__qualname__}: argnums is {self.argnums!r}, so the direction "
+                             f"must be a tuple of {len(nums)} tangents")
+        given = tuple(self.jvp._tangent(k, primal[k], t, spec) for k, t in zip(nums, vs))
+        fn = _directional(spec, nums, len(primal))
+        grad = api.grad(fn, nums[0] if isinstance(self.argnums, int) else nums)
+        return grad(*primal, *given)
+
+
+def api_jvp(f, argnums):
+    from .forward import jvp
+    return jvp(f, argnums)
+
+
+def hvp(f, argnums=0):
+    """The Hessian-vector product of a scalar function: ``nr.hvp(f, argnums)(*args, v)``.
+
+    ``v`` has the kind and shape of argument ``argnums`` (a tuple of directions for a tuple of
+    argnums: the result is then the tuple of the Hessian's blocks applied to them). Computed as
+    the gradient of the directional derivative (reverse over forward), without forming the
+    Hessian: a tangent sweep and its reverse.
+    """
+    try:
+        made = registry.table(f, "_nr_hvps")
+        hit = made.get(argnums)
+    except TypeError:
+        return Hvp(f, argnums)
+    if hit is None:
+        hit = made[argnums] = Hvp(f, argnums)
+    return hit
+
+
+def hessian(f, argnums=0):
+    """The Hessian of a scalar function of one float or float array argument:
+    ``nr.hessian(f, argnums)(*args)`` is a float for a float, an array of shape
+    ``x.shape + x.shape`` for an array ``x`` (``(n, n)`` for a vector): one Hessian-vector
+    product per element of ``x``."""
+    if not isinstance(argnums, int):
+        raise TypeError("nr.hessian differentiates with respect to one argument (an int argnums)")
+    product = hvp(f, argnums)
+
+    def hessian_of(*args):
+        x = args[argnums]
+        if isinstance(x, np.ndarray):
+            if x.dtype.kind != "f":
+                raise TypeError(f"hessian: argument {argnums} is a {x.dtype} array, not floats")
+            out = np.empty(x.shape + x.shape, x.dtype)
+            flat = out.reshape(x.size, x.size)
+            e = np.zeros(x.size, x.dtype)
+            for i in range(x.size):
+                e[i] = 1.0
+                flat[i] = np.asarray(product(*args, e.reshape(x.shape))).ravel()
+                e[i] = 0.0
+            return out
+        if isinstance(x, (float, np.floating)) and not isinstance(x, bool):
+            return product(*args, 1.0)
+        raise TypeError(f"hessian: argument {argnums} is {type(x).__name__}; a float or a float "
+                        f"array is expected")
+    hessian_of.__qualname__ = f"hessian({getattr(f, '__qualname__', 'f')})"
+    return hessian_of
+
