@@ -196,7 +196,8 @@ def _classify(spec, s, types, ns, active, decisions, callees):
                                            inline=inline)
         disp = methods.partials(scalar.impl)
         base = f"_partials_{getattr(f, '__name__', 'f')}"
-        if not all(is_real_scalar(t) for t in argtypes) and not scalar.uses_result:
+        if len(argtypes) > 1 and not all(is_real_scalar(t) for t in argtypes) \
+                and not scalar.uses_result:
             # on arrays, element by element through a helper that passes the result too
             disp, base = forward_runtime.with_result(disp, len(argtypes)), base + "_y"
         name = _free_name(ns, base, disp)
@@ -213,6 +214,11 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         if rspec.node is not None:
             callees.append(rspec.node)
         name = _free_name(ns, f"_vjp_{rspec.name}", rspec.vjp)
+        # a second derivative through it would differentiate the rule's pullback
+        rspec.vjp.py_func._nr_refusal = (
+            f"second derivatives through {rule!r} (forward mode uses its pullback) are not "
+            f"supported yet. Hint: give it an nr.frule, whose body the reverse mode can "
+            f"differentiate.")
         return pushforward.TangentCall("pullback", name,
                                        tangents=tuple(t is not None for t in rspec.tangent_kinds))
     if not plain:

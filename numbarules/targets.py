@@ -41,6 +41,10 @@ def target_for(f, argtypes):
 
 
 def source_of(f):
+    why = getattr(f, "_nr_refusal", None) or getattr(getattr(f, "py_func", None), "_nr_refusal",
+                                                     None)
+    if why is not None:
+        raise DifferentiationError(f"cannot differentiate {getattr(f, '__name__', f)}: {why}")
     if getattr(f, "_nr_gradient_of", None) is not None:
         raise DifferentiationError(
             f"cannot differentiate {f!r}: second derivatives (nr.grad of a gradient object, or "

@@ -184,6 +184,14 @@ def ternary_tangent(a, b, c, y, da, db, dc, partials):
 HELPERS.update(_unary_tangent=unary_tangent, _binary_tangent=binary_tangent,
                _ternary_tangent=ternary_tangent)
 
+# The reverse mode differentiating a tangent kernel (nr.hvp) refuses these by name (targets):
+# their partials argument is a function value, which it cannot follow.
+for _helper in (unary_tangent, binary_tangent, ternary_tangent):
+    _helper._nr_refusal = (
+        "second derivatives (nr.hvp, nr.hessian, nr.grad of a gradient) through a NumPy "
+        "element-wise function of two or three arrays (np.maximum(x, y), np.power(x, p), ...) "
+        "are not supported yet. Hint: write that step with a loop over the elements.")
+
 
 _ADAPTED = {}
 
@@ -200,3 +208,35 @@ def with_result(partials, n):
         exec(f"def adapted({params}, y):\n    return _partials({params})\n", ns)  # noqa: S102
         hit = _ADAPTED[key] = (partials, numba.njit(ns["adapted"]))
     return hit[1]
+
+
+def _register_reverse_rules():
+    """Reverse rules for the helpers a tangent kernel calls, so that the reverse mode can
+    differentiate the kernel (nr.hvp): broadcasting's adjoint sums over the broadcast axes."""
+    from ..lattice import AbstractFloat, Any, Array
+    from ..rules import rrule
+    from .runtime import _ub
+
+    @rrule(_spread, Any, Any)
+    def _spread_rule(d, like):
+        def spread_pullback(dy):
+            return (_ub(dy, d), None)
+        return _spread(d, like), spread_pullback
+
+    @rrule(_fit, Any, Any)
+    def _fit_rule(e, like):
+        def fit_pullback(dy):
+            return (_ub(dy, e), None)
+        return _fit(e, like), fit_pullback
+
+    @rrule(_vdot, Array[AbstractFloat], Array[AbstractFloat])
+    def _vdot_arrays(g, d):
+        def vdot_pullback(dy):
+            return (dy * d, dy * g)
+        return _vdot(g, d), vdot_pullback
+
+    @rrule(_vdot, AbstractFloat, AbstractFloat)
+    def _vdot_floats(g, d):
+        def vdot_floats_pullback(dy):
+            return (dy * d, dy * g)
+        return _vdot(g, d), vdot_floats_pullback

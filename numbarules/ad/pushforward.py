@@ -76,6 +76,14 @@ class _Emitter:
             self.names[v] = name
         return name
 
+    def fresh(self, base):
+        """A new variable name of the kernel's own (``_ex1``, ``_ex2``, ...)."""
+        k = 1
+        while f"{base}{k}" in self.taken:
+            k += 1
+        self.taken.add(f"{base}{k}")
+        return f"{base}{k}"
+
     def tangent(self, atom):
         """The tangent of an operand, or None where it has none (inactive, a constant)."""
         if isinstance(atom, ir.Name) and atom.id in self.active:
@@ -276,6 +284,30 @@ class _Emitter:
 
     # --- calls ------------------------------------------------------------------------------
 
+    def elementwise_loop(self, s, cp, dt):
+        """The tangent of a unary element-wise function of an array, ``t = f(x)``: a loop over
+        the flattened arrays calling the scalar rule's partials per element. Written into the
+        kernel rather than called (``_binary_tangent``), so that the reverse mode can
+        differentiate the kernel again (nr.hvp)."""
+        t, x = s.target, s.expr.args[0].src()
+        xs, ys, ds, out, i, p = (self.fresh(b) for b in ("_ex", "_ey", "_edx", "_edy", "_ei",
+                                                          "_ep"))
+        extra = f", {ys}[{i}]" if cp.with_result else ""
+        if cp.inline is not None:
+            self.uses_math = True
+            factor = partials.factor(cp.inline, 0, [f"{xs}[{i}]"] + ([f"{ys}[{i}]"] if
+                                                                    cp.with_result else []))
+            body = [f"    {out}[{i}] = {factor} * {ds}[{i}]"]
+        else:
+            body = [f"    {p} = {cp.name}({xs}[{i}]{extra})",
+                    f"    {out}[{i}] = {p}[0] * {ds}[{i}]"]
+        return [f"{dt} = _np.empty_like({t})",
+                f"{xs} = {x}.ravel()",
+                f"{ys} = {t}.ravel()",
+                f"{ds} = {self.tangent(s.expr.args[0])}.ravel()",
+                f"{out} = {dt}.ravel()",
+                f"for {i} in range({out}.shape[0]):"] + body
+
     def call(self, s, primal):
         e, t = s.expr, s.target
         dt = self.d(t)
@@ -304,11 +336,10 @@ class _Emitter:
                 if len(e.args) > 3:
                     self.refuse(s, f"an element-wise function of {len(e.args)} arrays",
                                 "give it a forward rule with nr.frule.")
-                helper = ("_unary_tangent", "_binary_tangent", "_ternary_tangent")[len(e.args) - 1]
                 if len(e.args) == 1:
-                    operands = [args[0], t, self.tangent_or_zero(e.args[0])]
-                else:
-                    operands = args + [t] + [self.tangent(a) or "None" for a in e.args]
+                    return [primal] + self.elementwise_loop(s, cp, dt)
+                helper = ("_binary_tangent", "_ternary_tangent")[len(e.args) - 2]
+                operands = args + [t] + [self.tangent(a) or "None" for a in e.args]
                 return [primal, f"{dt} = {helper}({', '.join(operands)}, {cp.name})"]
             terms = []
             lines = [primal]

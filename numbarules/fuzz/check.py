@@ -302,7 +302,79 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         return _done(res, outcome, f"{when}nr.jvp: {why.splitlines()[0]}", why, t0), None
     else:
         res.jvp = "ok"
+        if prog.index % HVP_EVERY == 0:
+            t5 = time.perf_counter()
+            outcome, why = _check_hvp(prog, f, attempt, argnums)
+            res.stages[key + "hvp"] = time.perf_counter() - t5
+            if outcome == "refused":
+                res.hvp = f"refused: {why.splitlines()[0][:200]}"
+            elif outcome != "ok":
+                return _done(res, outcome, f"{when}nr.hvp: {why.splitlines()[0]}", why, t0), None
+            elif outcome == "ok" and why != "not checked":
+                res.hvp = "ok"
     return _done(res, "ok", "", "", t0), _Paths(grad, pb, t_pb)
+
+
+HVP_EVERY = 3        # the Hessian-vector product is checked on every third program
+HVP_RTOL = 1e-8      # its symmetry: w . H v against v . H w
+HVP_FD_RTOL = 1e-4   # against central differences of the gradient
+
+
+def _check_hvp(prog, f, attempt, argnums):
+    """("ok" | "refused" | "wrong" | "internal", message) for nr.hvp along two random
+    directions: ``w . H v = v . H w`` to rounding, and ``H v`` against central differences of
+    ``nr.grad`` where those agree with themselves at steps h and h / 2 (not at a kink).
+    Programs whose differentiated arguments are not all floats and float arrays: "not checked"."""
+    import numbarules as nr
+
+    args = prog.args(attempt)
+    if not all(isinstance(args[i], (float, np.ndarray)) and not isinstance(args[i], bool)
+               and np.asarray(args[i]).dtype.kind == "f" for i in argnums):
+        return "ok", "not checked"
+    rng = np.random.default_rng([prog.seed, prog.index, attempt, 2])
+    v = tuple(_direction(args[i], rng) for i in argnums)
+    w = tuple(_direction(args[i], rng) for i in argnums)
+    try:
+        product = nr.hvp(f, tuple(argnums))
+        hv = product(*prog.args(attempt), v)
+        hw = product(*prog.args(attempt), w)
+    except nr.NumbarulesError as exc:
+        return "refused", f"{type(exc).__name__}: {exc}"
+    except Exception as exc:   # noqa: BLE001 - anything else is the engine's failure
+        return "internal", f"{_first_line(exc)}\n{traceback.format_exc()}"
+    flat = lambda t: np.concatenate([np.ravel(np.asarray(x, float)) for x in t])   # noqa: E731
+    hv, hw, v, w = flat(hv), flat(hw), flat(v), flat(w)
+    if not (np.all(np.isfinite(hv)) and np.all(np.isfinite(hw))):
+        return "ok", "not checked"          # a point where the second derivative is infinite
+    a, b = float(w @ hv), float(v @ hw)
+    scale = float(np.abs(w) @ np.abs(hv) + np.abs(v) @ np.abs(hw))
+    if abs(a - b) > AD_ATOL + HVP_RTOL * max(scale, 1.0):
+        return "wrong", f"the Hessian is not symmetric: w . H v = {a!r}, v . H w = {b!r}"
+    grad = nr.grad(f, tuple(argnums))
+
+    def differences(h):
+        up, down = list(prog.args(attempt)), list(prog.args(attempt))
+        k = 0
+        for i in argnums:
+            n = np.size(args[i])
+            step = v[k:k + n].reshape(np.shape(args[i]))
+            up[i] = args[i] + h * step if n > 1 or np.ndim(args[i]) else args[i] + h * float(step)
+            down[i] = args[i] - h * step if n > 1 or np.ndim(args[i]) else args[i] - h * float(step)
+            k += n
+        return (flat(grad(*up)) - flat(grad(*down))) / (2 * h)
+    try:
+        h = 1e-4 * max(1.0, float(np.max(np.abs(flat(tuple(args[i] for i in argnums))))))
+        fd1, fd2 = differences(h), differences(h / 2)
+    except Exception:   # noqa: BLE001 - the gradient fails off the point: no reference
+        return "ok", ""
+    tol = 1e-6 * max(1.0, float(np.max(np.abs(hv)))) + HVP_FD_RTOL * np.abs(fd2)
+    steady = np.abs(fd1 - fd2) <= tol
+    off = steady & (np.abs(hv - fd2) > tol)
+    if np.any(off):
+        k = int(np.argmax(off))
+        return "wrong", (f"H v [{k}] is {hv[k]!r}; differences of nr.grad give {fd2[k]!r} "
+                         f"(and {fd1[k]!r} at twice the step)")
+    return "ok", ""
 
 
 JVP_RTOL = 1e-8

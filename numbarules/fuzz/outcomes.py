@@ -36,7 +36,8 @@ class Result:
     stages: dict = field(default_factory=dict)   # seconds per stage (fd, grad, pullback, ...)
     disk_hits: int = 0       # specializations loaded from numbarules' disk cache by the check
     loaded: bool = False     # the check of ``run(disk_cache=True)``'s second process
-    jvp: str = ""            # forward mode: "ok", "refused: <class>", "" (not reached)
+    jvp: str = ""            # forward mode: "ok", "refused: <why>", "" (not reached)
+    hvp: str = ""            # the Hessian-vector product: the same (every third program)
 
     def to_json(self):
         return json.dumps(self.__dict__)
@@ -144,6 +145,11 @@ class Summary:
                          f" ok, {len(refused)} refused"
                          + (f" ({', '.join(sorted(set(refusal_class(r.jvp) for r in refused)))})"
                             if refused else ""))
+        checked = [r for r in self.results if r.hvp]
+        if checked:
+            refused = [r for r in checked if r.hvp.startswith("refused")]
+            lines.append(f"  second order (nr.hvp: symmetric, against differences of nr.grad): "
+                         f"{len(checked) - len(refused)} ok, {len(refused)} refused")
         loaded = [r for r in self.results if r.loaded]
         if loaded:
             lines.append(f"  checked again in another process from the disk cache: {len(loaded)} "
@@ -169,6 +175,8 @@ class Summary:
         for r in self.results:
             if r.jvp.startswith("refused"):
                 out.append(f"  program {r.index}: nr.jvp {r.jvp[:220]}")
+            if r.hvp.startswith("refused"):
+                out.append(f"  program {r.index}: nr.hvp {r.hvp[:220]}")
         expected = [r for r in self.results if r.outcome in ("refused", "skipped")
                     and r not in self.failures]
         if expected:

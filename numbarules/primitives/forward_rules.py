@@ -14,6 +14,9 @@ import numpy as np
 from ..lattice import AbstractFloat, Any, Array, Integer, Matrix, Vector
 from ..rules import frule
 from .arrays import blocks, join, new_axis
+from ..ad import forward_runtime
+
+forward_runtime._register_reverse_rules()
 
 
 # --- linear functions: the tangent goes through the function itself ------------------------

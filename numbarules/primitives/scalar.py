@@ -9,6 +9,8 @@ and gives 0 for the base's partial where the exponent is 0.
 
 import math
 
+import numpy as np
+
 from ..ad import runtime
 from ..rules import non_differentiable, scalar_rule
 
@@ -151,3 +153,20 @@ def _max(a, b):
 # The error raised where a differentiated function returns None (kernels._no_value_errors):
 # it carries no derivative.
 non_differentiable(runtime.no_value)
+
+
+# The partials of ``a ** b`` that the reverse and tangent kernels call (runtime._pow_da, _pow_db)
+# have rules of their own, for second derivatives (nr.hvp differentiates a tangent kernel).
+# Arithmetic and np.log only, so that they read the same on arrays.
+
+@scalar_rule(runtime._pow_da)
+def _pow_da_partials(a, b):
+    # d/da [b a**(b-1)], d/db [b a**(b-1)]
+    return (b * (b - 1.0) * a ** (b - 2.0), a ** (b - 1.0) * (1.0 + b * np.log(a)))
+
+
+@scalar_rule(runtime._pow_db)
+def _pow_db_partials(a, b):
+    # d/da [a**b log a], d/db [a**b log a]
+    log_a = np.log(a)
+    return (a ** (b - 1.0) * (b * log_a + 1.0), a ** b * log_a * log_a)

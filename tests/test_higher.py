@@ -1,0 +1,115 @@
+"""Second derivatives (nr.hvp, nr.hessian, nr.grad(nr.grad(f))) against finite differences of the
+gradient and against hand-written Hessians; the Hessian-vector product follows a new method."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import numbarules as nr
+from perf._workloads_ad import rosenbrock
+
+
+def rosenbrock_hessian(x):
+    n = x.shape[0]
+    H = np.zeros((n, n))
+    for i in range(n - 1):
+        H[i, i] += 1200.0 * x[i] ** 2 - 400.0 * x[i + 1] + 2.0
+        H[i + 1, i + 1] += 200.0
+        H[i, i + 1] -= 400.0 * x[i]
+        H[i + 1, i] -= 400.0 * x[i]
+    return H
+
+
+def energy(x, k):
+    """Arrays, a scalar rule inside a loop, a reduction and a parameter."""
+    s = 0.0
+    for i in range(x.shape[0] - 1):
+        d = x[i + 1] - x[i]
+        s += k * math.cos(d) + d * d * d / 6.0
+    return s + np.sum(np.tanh(x) ** 2) * k
+
+
+def grad_differences(f, args, k, v, h=1e-5):
+    up, down = list(args), list(args)
+    up[k] = args[k] + h * v
+    down[k] = args[k] - h * v
+    g = nr.grad(f, k)
+    return (g(*up) - g(*down)) / (2 * h)
+
+
+@given(st.integers(0, 2 ** 32 - 1))
+def test_hvp_against_finite_differences_of_the_gradient(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.5, 1.5, 6)
+    v = rng.uniform(-1.0, 1.0, 6)
+    w = rng.uniform(-1.0, 1.0, 6)
+    for f, args in ((rosenbrock, (x,)), (energy, (x, 0.7))):
+        hv = nr.hvp(f)(*args, v)
+        assert np.allclose(hv, grad_differences(f, args, 0, v), rtol=1e-6, atol=1e-6)
+        # the Hessian is symmetric: w . H v = v . H w, to rounding
+        assert w @ hv == pytest.approx(v @ nr.hvp(f)(*args, w), rel=1e-10, abs=1e-10)
+    assert np.allclose(nr.hessian(rosenbrock)(x), rosenbrock_hessian(x), rtol=1e-12, atol=1e-9)
+
+
+def test_hvp_with_respect_to_several_arguments():
+    x = np.array([0.3, -0.2, 0.9])
+    hx, hk = nr.hvp(energy, (0, 1))(x, 0.7, (np.ones(3), 0.5))
+    # the product's blocks: (H_xx 1 + H_xk 0.5, H_kx . 1 + H_kk 0.5), H_kk = 0 (linear in k)
+    want_x = grad_differences(energy, (x, 0.7), 0, np.ones(3)) + 0.5 * (
+        nr.grad(energy, 0)(x, 0.7 + 1e-6) - nr.grad(energy, 0)(x, 0.7 - 1e-6)) / 2e-6
+    assert np.allclose(hx, want_x, rtol=1e-6)
+    want_k = (nr.grad(energy, 1)(x + 1e-6, 0.7) - nr.grad(energy, 1)(x - 1e-6, 0.7)) / 2e-6
+    assert hk == pytest.approx(want_k, rel=1e-6)
+
+
+def wave(t):
+    return math.sin(t) * t ** 3
+
+
+dwave = nr.grad(wave)
+
+
+def uses_a_gradient(t):
+    return dwave(t) * 2.0 + t
+
+
+def test_grad_of_grad_and_gradients_inside_differentiated_code():
+    t = 0.7
+    second = -math.sin(t) * t ** 3 + 6 * math.cos(t) * t ** 2 + 6 * math.sin(t) * t
+    assert nr.grad(nr.grad(wave))(t) == pytest.approx(second, rel=1e-12)
+    assert nr.hessian(wave)(t) == pytest.approx(second, rel=1e-12)
+    assert nr.grad(uses_a_gradient)(t) == pytest.approx(2 * second + 1.0, rel=1e-12)
+
+
+def test_a_gradient_of_an_array_inside_differentiated_code_is_refused_by_name():
+    g = nr.grad(rosenbrock)
+
+    def f(x):
+        return np.sum(g(x))
+    del f
+    with pytest.raises(nr.DifferentiationError, match="nr.hvp"):
+        nr.grad(nr.grad(rosenbrock))(np.ones(3))
+
+
+@nr.generic
+def potential(r: nr.Real):
+    return r * r
+
+
+def total_potential(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += potential(x[i])
+    return s
+
+
+def test_hvp_follows_a_new_method():
+    x, v = np.array([0.5, 1.0]), np.array([1.0, -1.0])
+    hvp = nr.hvp(total_potential)
+    assert list(hvp(x, v)) == [2.0, -2.0]
+
+    def cubic(r: nr.Float64):
+        return r * r * r
+    potential.method(cubic)
+    assert np.allclose(hvp(x, v), 6.0 * x * v)
