@@ -105,9 +105,11 @@ class _TangentMeta(LatticeMeta):
             raise TypeError(f"Tangent[...] takes a @nr.struct class, not {s!r}")
         t = _TANGENTS.get(s)
         if t is None:
+            from .tangent_arith import ARITHMETIC      # +, -, * by a float, unary -
             t = _make_record(f"Tangent[{s._nr_display_name}]", s.__module__,
-                             f"Tangent[{s.__qualname__}]", list(s._nr_fields), (Tangent,), {},
-                             [None] * len(s._nr_fields), ident=f"Tangent_{s.__name__}")
+                             f"Tangent[{s.__qualname__}]", list(s._nr_fields), (Tangent,),
+                             dict(ARITHMETIC), [None] * len(s._nr_fields),
+                             ident=f"Tangent_{s.__name__}")
             t.primal = s
             t._nr_fields = dict.fromkeys(s._nr_fields)
             _TANGENTS[s] = t
