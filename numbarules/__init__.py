@@ -16,7 +16,7 @@ from .rules import rrule, frule, scalar_rule, opt_out, non_differentiable, rule_
 from . import primitives  # noqa: F401 - registers the built-in rules
 from .api import grad, value_and_grad, pullback, code, ad_stats
 from .forward import jvp
-from .higher import hvp, hessian
+from .higher import hvp, hessian, jacobian
 from .tangent_arith import zero_tangent, update
 from .explain import explain
 from .checkpoint import checkpointed
@@ -32,7 +32,7 @@ __all__ = [
     "Any", "Number", "Real", "AbstractFloat", "Integer", "Signed", "Float64", "Float32", "Int64",
     "Int32", "Bool", "AbstractArray", "AbstractVector", "AbstractMatrix", "Array", "Vector",
     "Matrix", "typeof", "issubtype", "struct", "Tangent", "GenericFunction", "Method", "generic",
-    "which", "jit", "cache_info", "clear_cache", "compile_stats", "CompileStats", "scalar_rule", "rrule", "frule", "jvp", "hvp", "hessian", "zero_tangent", "update", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
+    "which", "jit", "cache_info", "clear_cache", "compile_stats", "CompileStats", "scalar_rule", "rrule", "frule", "jvp", "hvp", "hessian", "jacobian", "zero_tangent", "update", "opt_out", "non_differentiable", "rule_for", "grad", "value_and_grad",
     "pullback", "code", "ad_stats", "explain", "checkpointed", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError", "TangentShapeError",

@@ -213,7 +213,8 @@ def _parameters(f):
     Numba's C dispatcher binds keywords and fills defaults), or None: a generic function (methods
     are chosen on positional types) or a signature with ``*args``, ``**kwargs`` or keyword-only
     parameters."""
-    if isinstance(f, GenericFunction) or getattr(f, "_nr_gradient_of", None) is not None:
+    if isinstance(f, GenericFunction) or getattr(f, "_nr_gradient_of", None) is not None \
+            or isinstance(f, np.ufunc) or targets._is_library(f):
         return None
     try:
         params = list(inspect.signature(_python_function(f)).parameters.values())
@@ -287,6 +288,17 @@ def _arities(f):
         return _arities(f._nr_gradient_of)
     if isinstance(f, GenericFunction):
         return f.arities()
+    if isinstance(f, np.ufunc):
+        return [f.nin]
+    if targets._is_library(f):
+        # a NumPy function called with its leading arguments (np.sum(x), np.sum(x, 0))
+        try:
+            params = list(inspect.signature(f).parameters.values())
+        except (TypeError, ValueError):
+            return [1, 2]
+        required = sum(p.default is p.empty and p.kind == p.POSITIONAL_OR_KEYWORD
+                       for p in params)
+        return list(range(max(required, 1), min(len(params), 3) + 1))
     try:
         return [len(inspect.signature(_python_function(f)).parameters)]
     except (TypeError, ValueError):
@@ -358,6 +370,10 @@ def _positional(f, args, caller):
     types" from deep inside typing)."""
     if isinstance(f, GenericFunction):
         return args                 # dispatch says which methods take these arguments
+    if isinstance(f, np.ufunc) or targets._is_library(f):
+        # NumPy's own functions: their Python defaults (out=None, np._NoValue) are not what a
+        # compiled call passes; the arguments given are the call
+        return args
     func = f.py_func if numba_glue.is_dispatcher(f) else f
     try:
         sig = inspect.signature(func)

@@ -151,3 +151,55 @@ def hessian(f, argnums=0):
     hessian_of.__qualname__ = f"hessian({getattr(f, '__qualname__', 'f')})"
     return hessian_of
 
+
+
+def jacobian(f, argnums=0):
+    """The Jacobian of ``f`` with respect to one float or float-array argument:
+    ``nr.jacobian(f, argnums)(*args)`` has the shape ``y.shape + x.shape`` (a float result
+    gives the gradient's shape, a float argument ``y.shape``).
+
+    Forward or reverse, whichever takes fewer sweeps: one ``nr.jvp`` per element of ``x`` when
+    ``x`` has no more elements than ``y``, else one pullback per element of ``y``.
+    """
+    if not isinstance(argnums, int):
+        raise TypeError("nr.jacobian differentiates with respect to one argument (an int argnums)")
+    forward = api_jvp(f, argnums)
+    name = getattr(f, "__qualname__", getattr(f, "__name__", "f"))
+
+    def jacobian_of(*args):
+        args = api._positional(f, tuple(args), "jacobian")
+        x = args[argnums]
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            xshape, n = x.shape, x.size
+        elif isinstance(x, (float, np.floating)) and not isinstance(x, bool):
+            xshape, n = (), 1
+        else:
+            raise TypeError(f"jacobian({name}): argument {argnums} is {type(x).__name__}; a "
+                            f"float or a float array is expected")
+        y = forward(*args, np.zeros_like(x) if xshape else 0.0)[0]     # the result's shape
+        if not (isinstance(y, np.ndarray) and y.dtype.kind == "f"
+                or isinstance(y, (float, np.floating))):
+            raise TypeError(f"jacobian({name}): the result is {type(y).__name__}; a float or a "
+                            f"float array is expected")
+        yshape, m = np.shape(y), int(np.size(y))
+        out = np.empty(yshape + xshape)
+        flat = out.reshape(m, n)
+        if n <= m:
+            e = np.zeros(n)
+            for j in range(n):
+                e[j] = 1.0
+                tangent = e.reshape(xshape) if xshape else 1.0
+                flat[:, j] = np.ravel(forward(*args, tangent)[1])
+                e[j] = 0.0
+        else:
+            _, pb = api.pullback(f, *args)
+            e = np.zeros(m)
+            for i in range(m):
+                e[i] = 1.0
+                cot = e.reshape(yshape).copy() if yshape else 1.0
+                t = pb(cot)[argnums]
+                flat[i, :] = 0.0 if t is None else np.ravel(t)
+                e[i] = 0.0
+        return out if out.shape else float(out)
+    jacobian_of.__qualname__ = f"jacobian({name})"
+    return jacobian_of

@@ -113,3 +113,24 @@ def test_hvp_follows_a_new_method():
         return r * r * r
     potential.method(cubic)
     assert np.allclose(hvp(x, v), 6.0 * x * v)
+
+
+def squash(x, a):
+    """m outputs from n inputs: an array result of its own shape."""
+    y = np.tanh(x * a)
+    return y[: y.shape[0] // 2 + 1] * np.sum(x)
+
+
+@given(st.integers(1, 7), st.integers(0, 2 ** 32 - 1))
+def test_jacobian_forward_and_reverse_against_finite_differences(n, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.0, 1.0, n)
+    for f, args in ((squash, (x, 0.8)), (energy, (x, 0.3))):
+        J = nr.jacobian(f)(*args)
+        y = f(*args)
+        assert np.shape(J) == np.shape(y) + x.shape
+        h = 1e-6
+        cols = [(np.asarray(f(x + h * e, args[1])) - np.asarray(f(x - h * e, args[1]))) / (2 * h)
+                for e in np.eye(n)]
+        assert np.allclose(J, np.stack(cols, axis=-1), rtol=1e-6, atol=1e-8)
+    assert nr.jacobian(squash, 1)(x, 0.8).shape == squash(x, 0.8).shape
