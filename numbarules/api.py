@@ -510,13 +510,24 @@ def code(f, *args, kind="forward"):
     ``nr.grad`` / ``nr.value_and_grad`` object: its function's kernels for its ``argnums``.
 
     ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
-    or "primal" (the normalised primal the two are built from).
+    "primal" (the normalised primal the two are built from), or "jvp" (forward mode's tangent
+    kernel, tangents for every float argument).
     """
+    kinds_ = ("forward", "pullback", "vjp", "primal", "jvp")
+    if kind not in kinds_:
+        raise ValueError(f"kind must be one of {sorted(kinds_)}, not {kind!r}")
+    if kind == "jvp":
+        from . import tangent_kernels
+        g = f.f if isinstance(f, Gradient) else f
+        args = _positional(g, args, "code")
+        argtypes = tuple(numba.typeof(a) for a in args)
+        target, _ = targets.target_for(g, argtypes)
+        mask = tuple(kinds.differentiable(t) for t in argtypes)
+        targets.check_arguments(g, argtypes, mask)
+        return tangent_kernels.specialize(target, argtypes, mask).source
     spec = spec_for_call(f, args, caller="code")
     sources = {"forward": spec.kernels.forward, "pullback": spec.kernels.pullback,
                "vjp": spec.kernels.vjp, "primal": spec.primal_source}
-    if kind not in sources:
-        raise ValueError(f"kind must be one of {sorted(sources)}, not {kind!r}")
     return sources[kind]
 
 

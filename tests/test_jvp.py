@@ -266,3 +266,10 @@ def test_a_function_writing_into_its_argument_leaves_the_callers_tangent_alone()
     assert list(x) == [3.0, 2.0]           # the function's own write, as in Python
     assert list(v) == [1.0, 1.0]
     assert dy == pytest.approx(2 * 3.0 * 3.0 + 2 * 2.0)
+
+
+def test_code_shows_the_tangent_kernel():
+    from perf._workloads_ad import rosenbrock
+    src = nr.code(rosenbrock, np.ones(4), kind="jvp")
+    assert src.startswith("def jvp_rosenbrock(x, d_x):")
+    assert "_d7 = _d6 * (2.0 * _t6)" in src and "return (s, d_s)" in src
