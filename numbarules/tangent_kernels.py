@@ -228,11 +228,16 @@ def _classify(spec, s, types, ns, active, decisions, callees):
     callee = specialize(target, argtypes, arg_mask)
     if callee.node is not None:
         callees.append(callee.node)
+    if callee is spec:
+        # self-recursion: the kernel calls itself by its name in its own namespace
+        _warm_generated_module()
+        return pushforward.TangentCall("derived", f"jvp_{spec.name}", mask=arg_mask)
     if not callee.ready:
-        raise _refuse(spec, s, f"a recursive call of {getattr(f, '__name__', f)} in forward mode "
-                      f"(nr.jvp)", "forward mode does not differentiate recursion yet (Numba "
-                      "leaves a generated recursive kernel's call to itself unresolved: "
-                      "docs/numba-internals.md); use nr.grad, or write the recursion as a loop.")
+        raise _refuse(spec, s, f"a mutually recursive call of {getattr(f, '__name__', f)} (or a "
+                      f"recursive call with other differentiated arguments) in forward mode "
+                      f"(nr.jvp)", "forward mode differentiates a function calling itself with "
+                      "the same arguments differentiated; use nr.grad, or write the recursion "
+                      "as a loop.")
     name = f"jvp_{callee.name}"
     ns[name] = callee.jvp
     return pushforward.TangentCall("derived", name, mask=arg_mask)
@@ -247,3 +252,20 @@ def _free_name(ns, base, value):
         name = f"{base}_{k}"
     ns[name] = value
     return name
+
+
+_WARM = []
+
+
+def _warm_generated_module():
+    """Compile one function of the generated-code module before a recursive kernel: the first
+    function of that module a process compiles, if recursive, aborts at its call to itself
+    ("unresolved symbol"); once any function of the module was compiled, recursion resolves
+    (docs/numba-internals.md)."""
+    if _WARM:
+        return
+    import numba
+    ns = {"__name__": cache.GENERATED}
+    exec("def _nr_warm(x):\n    return x + 1.0\n", ns)  # noqa: S102 - our own source
+    numba.njit(ns["_nr_warm"])(1.0)
+    _WARM.append(True)

@@ -222,13 +222,29 @@ def test_struct_tangents_in_and_out():
         nr.jvp(structs)(o, x, (0.1, 0.2))
 
 
-def test_what_forward_mode_does_not_cover_is_refused_by_name():
-    def pw(x, n):
-        if n == 0:
-            return 1.0
-        return x * pw(x, n - 1)
-    with pytest.raises(nr.UnsupportedSyntaxError, match="recursive call of pw"):
-        nr.jvp(pw)(1.5, 3, 1.0)
+def power(x, n):
+    if n == 0:
+        return 1.0
+    return x * power(x, n - 1)
+
+
+def is_even(x, n):
+    if n == 0:
+        return x
+    return is_odd(x * 1.5, n - 1)
+
+
+def is_odd(x, n):
+    if n == 0:
+        return -x
+    return is_even(x, n - 1)
+
+
+def test_recursion_in_forward_mode():
+    assert nr.jvp(power)(1.5, 4, 1.0) == (1.5 ** 4, 4 * 1.5 ** 3)
+    assert nr.grad(nr.grad(power))(1.5, 4) == pytest.approx(12 * 1.5 ** 2)
+    with pytest.raises(nr.UnsupportedSyntaxError, match="mutually recursive call of is_"):
+        nr.jvp(is_even)(1.0, 3, 1.0)
 
 
 def test_numpy_functions_of_array_results_have_forward_rules():
