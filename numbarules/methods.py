@@ -100,6 +100,10 @@ def _jit(func, options, key, internal):
                  python=not internal, cfunc=not internal)
     # held by the function, before its callees are swapped in: they may call it back
     registry.table(func, "_nr_jit")[key] = disp
+    # what the AD engine differentiates when generated code calls this dispatcher (targets.
+    # source_of): the user's function, whose names resolve in its own globals, not the copy
+    # Numba compiles (NumPy's stand-ins and helpers swapped in)
+    disp._nr_source = func
     fill()
 
     def before(d, args):

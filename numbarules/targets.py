@@ -52,7 +52,7 @@ def source_of(f):
             f"Hint: write the derivative you need as a function of its own, or give it a rule "
             f"with nr.rrule.")
     if numba_glue.is_dispatcher(f):
-        return f.py_func
+        return getattr(f, "_nr_source", None) or f.py_func
     if inspect.isfunction(f) and not _is_library(f):
         return f
     name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', f)}".lstrip(".")

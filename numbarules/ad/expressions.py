@@ -278,6 +278,13 @@ class Expressions:
         py = getattr(func, "py_func", func)
         if kwargs or not inspect.isfunction(py) or not py.__defaults__:
             return args
+        module = getattr(py, "__module__", None) or ""
+        if module.split(".")[0] in ("numpy", "scipy", "numba") \
+                or module == "numbarules.primitives.numpy_names":
+            # NumPy's functions and our stand-ins for them (the namespace of a compiled helper,
+            # methods.helper, holds arrays.NUMPY): their defaults are no compiled call's
+            return args
+
         params = list(inspect.signature(py).parameters.values())
         out = list(args)
         for p in params[len(args):]:

@@ -55,7 +55,7 @@ import numpy as np
 
 from .outcomes import Result, refusal_class
 from .reference import (ATOL, RTOL, _Bad, _describe_path, _is_struct, _value_dependent,
-                        finite_differences, get_leaf, leaves)
+                        finite_differences, get_leaf, leaves, with_leaf)
 
 MAX_ATTEMPTS = 4
 AD_RTOL, AD_ATOL = 1e-8, 1e-10   # grad against pullback against value_and_grad
@@ -323,17 +323,22 @@ HVP_FD_RTOL = 1e-4   # against central differences of the gradient
 def _check_hvp(prog, f, attempt, argnums):
     """("ok" | "refused" | "wrong" | "internal", message) for nr.hvp along two random
     directions: ``w . H v = v . H w`` to rounding, and ``H v`` against central differences of
-    ``nr.grad`` where those agree with themselves at steps h and h / 2 (not at a kink).
-    Programs whose differentiated arguments are not all floats and float arrays: "not checked"."""
+    ``nr.grad`` where those agree with themselves at steps h and h / 2 (not at a kink). Every
+    kind of argument (floats, arrays, tuples, structs: their float leaves)."""
     import numbarules as nr
 
     args = prog.args(attempt)
-    if not all(isinstance(args[i], (float, np.ndarray)) and not isinstance(args[i], bool)
-               and np.asarray(args[i]).dtype.kind == "f" for i in argnums):
-        return "ok", "not checked"
     rng = np.random.default_rng([prog.seed, prog.index, attempt, 2])
     v = tuple(_direction(args[i], rng) for i in argnums)
     w = tuple(_direction(args[i], rng) for i in argnums)
+    paths = [(j, p) for j, i in enumerate(argnums) for p in leaves(args[i])]
+
+    def flat(t):
+        out = []
+        for j, p in paths:
+            x = get_leaf(t[j], p)
+            out.append(float(x) if isinstance(x, float) else 0.0)
+        return np.array(out)
     try:
         product = nr.hvp(f, tuple(argnums))
         hv = product(*prog.args(attempt), v)
@@ -342,38 +347,36 @@ def _check_hvp(prog, f, attempt, argnums):
         return "refused", f"{type(exc).__name__}: {exc}"
     except Exception as exc:   # noqa: BLE001 - anything else is the engine's failure
         return "internal", f"{_first_line(exc)}\n{traceback.format_exc()}"
-    flat = lambda t: np.concatenate([np.ravel(np.asarray(x, float)) for x in t])   # noqa: E731
-    hv, hw, v, w = flat(hv), flat(hw), flat(v), flat(w)
+    hv, hw, fv, fw = flat(hv), flat(hw), flat(v), flat(w)
     if not (np.all(np.isfinite(hv)) and np.all(np.isfinite(hw))):
         return "ok", "not checked"          # a point where the second derivative is infinite
-    a, b = float(w @ hv), float(v @ hw)
-    scale = float(np.abs(w) @ np.abs(hv) + np.abs(v) @ np.abs(hw))
+    a, b = float(fw @ hv), float(fv @ hw)
+    scale = float(np.abs(fw) @ np.abs(hv) + np.abs(fv) @ np.abs(hw))
     if abs(a - b) > AD_ATOL + HVP_RTOL * max(scale, 1.0):
         return "wrong", f"the Hessian is not symmetric: w . H v = {a!r}, v . H w = {b!r}"
     grad = nr.grad(f, tuple(argnums))
+    size = max([1.0] + [abs(float(get_leaf(args[argnums[j]], p))) for j, p in paths])
 
     def differences(h):
         up, down = list(prog.args(attempt)), list(prog.args(attempt))
-        k = 0
-        for i in argnums:
-            n = np.size(args[i])
-            step = v[k:k + n].reshape(np.shape(args[i]))
-            up[i] = args[i] + h * step if n > 1 or np.ndim(args[i]) else args[i] + h * float(step)
-            down[i] = args[i] - h * step if n > 1 or np.ndim(args[i]) else args[i] - h * float(step)
-            k += n
+        for j, p in paths:
+            i, d = argnums[j], get_leaf(v[j], p)
+            x = get_leaf(args[i], p)
+            up[i] = with_leaf(up[i], p, x + h * d)
+            down[i] = with_leaf(down[i], p, x - h * d)
         return (flat(grad(*up)) - flat(grad(*down))) / (2 * h)
     try:
-        h = 1e-4 * max(1.0, float(np.max(np.abs(flat(tuple(args[i] for i in argnums))))))
+        h = 1e-4 * size
         fd1, fd2 = differences(h), differences(h / 2)
     except Exception:   # noqa: BLE001 - the gradient fails off the point: no reference
         return "ok", ""
-    tol = 1e-6 * max(1.0, float(np.max(np.abs(hv)))) + HVP_FD_RTOL * np.abs(fd2)
+    tol = 1e-6 * max(1.0, float(np.max(np.abs(hv), initial=0.0))) + HVP_FD_RTOL * np.abs(fd2)
     steady = np.abs(fd1 - fd2) <= tol
     off = steady & (np.abs(hv - fd2) > tol)
     if np.any(off):
         k = int(np.argmax(off))
-        return "wrong", (f"H v [{k}] is {hv[k]!r}; differences of nr.grad give {fd2[k]!r} "
-                         f"(and {fd1[k]!r} at twice the step)")
+        return "wrong", (f"H v at {paths[k]} is {hv[k]!r}; differences of nr.grad give "
+                         f"{fd2[k]!r} (and {fd1[k]!r} at twice the step)")
     return "ok", ""
 
 
