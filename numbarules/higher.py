@@ -27,23 +27,40 @@ from .errors import DifferentiationError
 
 def _directional(spec, nums, n, seed=None):
     """A Python function ``(a0, .., an-1, d0, ..) -> dy`` (tangents of arguments ``nums``), or
-    with ``seed`` (a float) ``(a0, .., an-1) -> dy`` along ``seed``: the tangent kernel's output
-    tangent, differentiable by the reverse mode."""
+    with ``seed`` (a float) ``(a0, .., an-1) -> dy`` along ``seed``: the result's tangent,
+    differentiable by the reverse mode.
+
+    Where the entry ``spec`` just calls ``f``'s own tangent kernel, that is the kernel of ``f``
+    generated again returning the tangent alone (``tangent_only``): the value's computation is
+    then not active and a reduction loop's reverse is fused, with no tape. Otherwise (a rule of
+    ``f`` itself) a generated function taking item 1 of the entry kernel's result."""
     key = (tuple(nums), seed)
     made = spec.__dict__.setdefault("directional", {})
     if key in made:
         return made[key]
+    inner = getattr(spec, "inner", None)
+    if inner is not None:
+        argtypes, mask = inner.key[0], inner.key[1]
+        only = tangent_kernels.specialize(inner.target, argtypes, mask, tangent_only=True)
+        if seed is None:
+            made[key] = only.py_func
+            return only.py_func
+        call, depends = f"jvp_{only.name}", (only.node, spec.node)
+        ns = {call: only.jvp, "__name__": spec.ns["__name__"]}
+        tail = ""
+    else:
+        call, depends = f"jvp_{spec.name}", (spec.node,)
+        ns = {call: spec.jvp, "__name__": spec.ns["__name__"]}
+        tail = "[1]"
     params = [f"a{i}" for i in range(n)]
     tangents = [f"d{k}" for k in nums] if seed is None else [repr(float(seed))] * len(nums)
     head = params + ([f"d{k}" for k in nums] if seed is None else [])
     name = f"d_{spec.name}" if seed is not None else f"hvp_{spec.name}"
     src = (f"def {name}({', '.join(head)}):\n"
-           f"    _y, _dy = jvp_{spec.name}({', '.join(params + tangents)})\n"
-           f"    return _dy\n")
-    ns = {f"jvp_{spec.name}": spec.jvp, "__name__": spec.ns["__name__"]}
+           f"    return {call}({', '.join(params + tangents)}){tail}\n")
     targets.exec_source(src, ns, f"directional:{spec.name}")
     fn = ns[name]
-    fn._nr_depends = (spec.node,)         # its reverse kernels fall with the tangent kernel
+    fn._nr_depends = depends            # its reverse kernels fall with the tangent kernels
     made[key] = fn
     return fn
 

@@ -57,11 +57,11 @@ class TangentSpec:
         _LIVE.discard(self)
 
 
-def specialize(target, argtypes, mask, entry_of=None):
+def specialize(target, argtypes, mask, entry_of=None, tangent_only=False):
     """The (cached) tangent kernel of a Method or function at ``argtypes``; ``mask``: which
     arguments have tangents. ``entry_of``: build the kernel of a call of that function instead
     (``nr.jvp(f)``'s entry: a rule of ``f`` itself applies there)."""
-    key = (tuple(argtypes), tuple(mask), entry_of is not None)
+    key = (tuple(argtypes), tuple(mask), entry_of is not None, bool(tangent_only))
     specs = registry.table(target, "_nr_jvp")
     spec = specs.get(key)
     if spec is not None and spec.alive:
@@ -74,7 +74,7 @@ def specialize(target, argtypes, mask, entry_of=None):
     spec = specs[key] = TangentSpec(key, target, func, name)
     _LIVE.add(spec)
     try:
-        _build(spec, tuple(argtypes), tuple(mask), entry_of)
+        _build(spec, tuple(argtypes), tuple(mask), entry_of, tangent_only)
     except BaseException:
         spec.drop()
         raise
@@ -90,7 +90,7 @@ def _entry_ir(f, n):
     return ir.Function(name, params, body, "<nr.jvp>", 0)
 
 
-def _build(spec, argtypes, mask, entry_of):
+def _build(spec, argtypes, mask, entry_of, tangent_only=False):
     if entry_of is not None:
         fn = _entry_ir(entry_of, len(argtypes))
         ns = targets.namespace({"_f": entry_of})
@@ -119,7 +119,7 @@ def _build(spec, argtypes, mask, entry_of):
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and s.target in active:
             calls[id(s.expr)] = _classify(spec, s, types, ns, active, decisions, callees)
     emitter = pushforward._Emitter(fn, types, active, calls)
-    source = emitter.kernel(spec.name, mask)
+    source = emitter.kernel(spec.name, mask, tangent_only)
     if emitter.uses_math:
         ns["math"] = math
     ns.update(emitter.tangent_classes)
@@ -130,6 +130,9 @@ def _build(spec, argtypes, mask, entry_of):
     spec.source = source
     targets.exec_source(source, ns, f"jvp:{spec.name}", origin=fn if entry_of is None else None)
     label = getattr(spec.func, "__qualname__", spec.name)
+    # the Python function: the reverse mode differentiates it for second derivatives (higher.py)
+    spec.py_func = ns[f"jvp_{spec.name}"]
+    spec.py_func._nr_depends = (spec.node,)
     ns[f"jvp_{spec.name}"] = cache.owned(ns[f"jvp_{spec.name}"], f"{label} (jvp)",
                                          depends=(spec.node,))
     spec.ns = ns
@@ -240,6 +243,10 @@ def _classify(spec, s, types, ns, active, decisions, callees):
                       "as a loop.")
     name = f"jvp_{callee.name}"
     ns[name] = callee.jvp
+    if spec.fn.file == "<nr.jvp>" and arg_mask == spec.key[1]:
+        # nr.jvp(f)'s entry, a call of f with the same tangents: higher.py differentiates the
+        # callee's kernel directly (one level of calls less in the reverse)
+        spec.inner = callee
     return pushforward.TangentCall("derived", name, mask=arg_mask)
 
 

@@ -3,10 +3,11 @@
 For each workload (perf/_workloads_ad.py: Rosenbrock over 10^6 inputs, the O(n^2) pair energy
 over 1000 particles, the 20,000-step pendulum) the njit primal, ``nr.jvp(f, argnums)`` along a
 random direction and ``nr.value_and_grad(f, argnums)`` are timed interleaved in one run (the
-minimum of each kept), so the ratios share the machine's noise. The directional derivative is
-checked against the hand-written adjoint's gradient dotted with the direction first. Target
-(issue 17): jvp at most 1.5x the primal. JAX's ``jit(jvp(f))`` of the same functions is shown
-where JAX is installed.
+minimum of each kept), so the ratios share the machine's noise, with ``nr.hvp`` (the
+Hessian-vector product, reverse over forward). The directional derivative is checked against the
+hand-written adjoint's gradient dotted with the direction first, the Hessian-vector product
+against differences of the gradient. Targets (issue 17): jvp at most 1.5x the primal; hvp of
+Rosenbrock at most 4x its gradient.
 
 Run: python perf/bench_higher.py [--quick]
 """
@@ -30,6 +31,7 @@ except ImportError:                         # run as a script without the reposi
     from perf.bench_ad import time_interleaved
 
 TARGET = 1.5
+HVP_TARGET = 4.0
 
 
 def bench(workload, size, rounds, sample_s, rng):
@@ -47,9 +49,24 @@ def bench(workload, size, rounds, sample_s, rng):
         raise AssertionError(f"{workload.name}: jvp gives {dy!r}, grad . v {want!r}")
     workload.primal_jit(*args)
     vg(*args)
-    fns = [workload.primal_jit, lambda *a: jvp(*a, tangent), vg]
-    primal, t_jvp, t_vg = time_interleaved(fns, args, rounds, sample_s)
-    return workload.name, size, primal, t_jvp, t_vg
+    hvp = nr.hvp(workload.primal, workload.argnums)
+    hv = hvp(*args, tangent)
+    h = 1e-6
+    up = [a + h * d if k in nums else a for k, a in enumerate(args) for d in
+          [dirs[nums.index(k)] if k in nums else None]]
+    down = [a - h * d if k in nums else a for k, a in enumerate(args) for d in
+            [dirs[nums.index(k)] if k in nums else None]]
+    diff = [(a - b) / (2 * h) for a, b in zip(_as_tuple(vg(*up)[1]), _as_tuple(vg(*down)[1]))]
+    for got, want in zip(_as_tuple(hv), diff):
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(want)))):
+            raise AssertionError(f"{workload.name}: hvp disagrees with differences of the gradient")
+    fns = [workload.primal_jit, lambda *a: jvp(*a, tangent), vg, lambda *a: hvp(*a, tangent)]
+    primal, t_jvp, t_vg, t_hvp = time_interleaved(fns, args, rounds, sample_s)
+    return workload.name, size, primal, t_jvp, t_vg, t_hvp
+
+
+def _as_tuple(g):
+    return g if isinstance(g, tuple) else (g,)
 
 
 def run(quick=False, out=print):
@@ -57,18 +74,23 @@ def run(quick=False, out=print):
     rounds, sample_s = (10, 0.003) if quick else (40, 0.01)
     out(f"nr.jvp against the njit primal ({time.strftime('%Y-%m-%d')}, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores)")
-    out("| workload | size | njit primal | nr.jvp | jvp / primal | value_and_grad / primal |")
-    out("|---|---|---|---|---|---|")
+    out("| workload | size | njit primal | nr.jvp | jvp / primal | value_and_grad / primal | "
+        "nr.hvp | hvp / value_and_grad |")
+    out("|---|---|---|---|---|---|---|---|")
     rows = []
     for w in WORKLOADS:
-        name, size, primal, t_jvp, t_vg = bench(w, w.quick_size if quick else w.size, rounds,
-                                                sample_s, rng)
-        rows.append((name, t_jvp / primal))
+        name, size, primal, t_jvp, t_vg, t_hvp = bench(w, w.quick_size if quick else w.size,
+                                                       rounds, sample_s, rng)
+        rows.append((name, t_jvp / primal, t_hvp / t_vg))
         out(f"| {name} | {size} | {primal * 1e3:.3f} ms | {t_jvp * 1e3:.3f} ms | "
-            f"{t_jvp / primal:.2f}x | {t_vg / primal:.2f}x |")
-    worst = max(r for _, r in rows)
+            f"{t_jvp / primal:.2f}x | {t_vg / primal:.2f}x | {t_hvp * 1e3:.3f} ms | "
+            f"{t_hvp / t_vg:.2f}x |")
+    worst = max(r for _, r, _ in rows)
     out(f"target: jvp <= {TARGET}x the primal on every workload: "
         f"{'met' if worst <= TARGET else 'not met'} (worst {worst:.2f}x)")
+    rb = next(h for n, _, h in rows if n == "rosenbrock")
+    out(f"target: hvp of Rosenbrock <= {HVP_TARGET}x its gradient: "
+        f"{'met' if rb <= HVP_TARGET else 'not met'} ({rb:.2f}x)")
     return rows
 
 

@@ -287,5 +287,6 @@ def test_a_function_writing_into_its_argument_leaves_the_callers_tangent_alone()
 def test_code_shows_the_tangent_kernel():
     from perf._workloads_ad import rosenbrock
     src = nr.code(rosenbrock, np.ones(4), kind="jvp")
-    assert src.startswith("def jvp_rosenbrock(x, d_x):")
+    import re
+    assert re.match(r"def jvp_rosenbrock(_\d+)?\(x, d_x\):", src), src
     assert "_d7 = _d6 * (2.0 * _t6)" in src and "return (s, d_s)" in src

@@ -127,7 +127,11 @@ class _Emitter:
 
     # --- the kernel -------------------------------------------------------------------------
 
-    def kernel(self, name, mask):
+    def kernel(self, name, mask, tangent_only=False):
+        """``tangent_only``: the kernel returns the result's tangent alone (``nr.hvp``
+        differentiates it: the value's computation is then not active, and one float result
+        lets the reverse mode fuse a reduction loop)."""
+        self.tangent_only = tangent_only
         params = list(self.fn.params)
         tangent_params = [self.d(p) for p, m in zip(params, mask) if m]
         # an argument that is not differentiated but shares an active array's alias class (a
@@ -170,6 +174,8 @@ class _Emitter:
                     + self.block(s.body, indent + 1))
         if isinstance(s, ir.Return):
             value = s.value.src()
+            if getattr(self, "tangent_only", False):
+                return [f"{pad}return {self.tangent_or_zero(s.value)}{mark}"]
             return [f"{pad}return ({value}, {self.tangent_or_zero(s.value)}){mark}"]
         raise TypeError(f"not an IR statement: {s!r}")
 

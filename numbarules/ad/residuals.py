@@ -165,12 +165,16 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
     # operands as they were at the statement (a statement never reads its own target) and,
     # for exp-like partials, the statement's own result.
     def invariant_part(s):
-        """A read of a part of an aggregate that is bound once: the same value every time.
-        Not for a parameter: its binding replaces the argument, which the reverse may read."""
+        """A read of a part of an aggregate that is bound once, outside every loop: the same
+        value every time. Not for a parameter: its binding replaces the argument, which the
+        reverse may read. (An aggregate bound inside a loop, ``p = helper(t)`` in a nested
+        loop, is a new value each iteration: taking its part for invariant left ``p[0]`` unsaved
+        and the reverse read the last iteration's, a silently wrong gradient.)"""
         src = part_of(s.expr, types)
         return src is not None and not isinstance(s.expr, ir.Atom) \
             and s.target not in fn.params \
-            and len(sites.get(s.target, ())) == 1 and len(sites.get(src, ())) <= 1
+            and len(sites.get(s.target, ())) == 1 and len(sites.get(src, ())) <= 1 \
+            and not any(id(x) in in_loop for x in sites.get(src, ()))
 
     def scan(block, pending):
         for s in block:
