@@ -132,12 +132,5 @@ def jvp(f, argnums=0):
     ``argnums`` is a tuple); ``dy`` has the kind and shape of ``y``. Forward mode: one pass,
     no tape, the cost of a few evaluations of ``f``.
     """
-    try:
-        made = registry.table(f, "_nr_jvps")
-        hit = made.get(argnums)
-    except TypeError:
-        return Jvp(f, argnums)
-    if hit is None:
-        hit = made[argnums] = Jvp(f, argnums)
-    return hit
+    return registry.held(f, "_nr_jvps", argnums, lambda: Jvp(f, argnums))
 

@@ -129,14 +129,7 @@ def hvp(f, argnums=0):
     the gradient of the directional derivative (reverse over forward), without forming the
     Hessian: a tangent sweep and its reverse.
     """
-    try:
-        made = registry.table(f, "_nr_hvps")
-        hit = made.get(argnums)
-    except TypeError:
-        return Hvp(f, argnums)
-    if hit is None:
-        hit = made[argnums] = Hvp(f, argnums)
-    return hit
+    return registry.held(f, "_nr_hvps", argnums, lambda: Hvp(f, argnums))
 
 
 def hessian(f, argnums=0):

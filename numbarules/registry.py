@@ -52,6 +52,19 @@ def table(owner, name):
     return entry[1].setdefault(name, {})
 
 
+def held(owner, name, key, make):
+    """``make()``, held by ``owner`` in its table ``name`` under ``key`` and made once; a fresh
+    one each time where ``key`` cannot be a key (unhashable argnums)."""
+    try:
+        made = table(owner, name)
+        hit = made.get(key)
+    except TypeError:
+        return make()
+    if hit is None:
+        hit = made[key] = make()
+    return hit
+
+
 def peek(owner, name):
     """``owner``'s table ``name`` if it has one, else None (never creates it)."""
     if _holds_own(owner):

@@ -35,6 +35,9 @@ from .lattice import from_numba
 from .structs import isstruct
 
 _LIVE = registry.Alive()
+# nr.clear_cache empties these with its own: tangent kernels on their targets, the jvp and hvp
+# objects on their functions
+cache.clear_with_the_engine("_nr_jvp", "_nr_jvps", "_nr_hvps")
 _NONDIFF = {int, bool, len, round, math.floor, math.ceil, math.trunc}
 
 

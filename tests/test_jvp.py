@@ -290,3 +290,14 @@ def test_code_shows_the_tangent_kernel():
     import re
     assert re.match(r"def jvp_rosenbrock(_\d+)?\(x, d_x\):", src), src
     assert "_d7 = _d6 * (2.0 * _t6)" in src and "return (s, d_s)" in src
+
+
+def test_clear_cache_drops_tangent_kernels():
+    def f(x):
+        return x * x * 3.0
+    jvp = nr.jvp(f)
+    assert jvp(2.0, 1.0) == (12.0, 12.0)
+    nr.clear_cache()
+    before = nr.cache_info()["compiles"]
+    assert jvp(2.0, 1.0) == (12.0, 12.0)
+    assert nr.cache_info()["compiles"] > before        # compiled again, not a dangling kernel

@@ -33,12 +33,18 @@ class _Names:
     def d(self, v):
         name = self.adj.get(v)
         if name is None:
-            name = f"_d{v[2:]}" if v.startswith("_t") and v[2:].isdigit() else f"d_{v.lstrip('_')}"
-            while name in self.taken:
-                name += "_"
-            self.taken.add(name)
-            self.adj[v] = name
+            name = self.adj[v] = derivative_name(v, self.taken)
         return name
+
+
+def derivative_name(v, taken):
+    """The name of ``v``'s adjoint or tangent, ``d_x`` (``_d5`` for the temporary ``_t5``), not
+    in ``taken`` (added there): the reverse and forward kernels name them alike."""
+    name = f"_d{v[2:]}" if v.startswith("_t") and v[2:].isdigit() else f"d_{v.lstrip('_')}"
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
 
 
 def _element_update(text):

@@ -29,6 +29,7 @@ from numba import types as nbt
 from ..errors import UnsupportedSyntaxError
 from . import ir, partials
 from .dataflow import where
+from .emit import derivative_name
 from .kinds import differentiable, is_array, is_float_struct, is_float_tuple
 from ..structs import Tangent
 
@@ -69,11 +70,7 @@ class _Emitter:
         """The tangent variable of ``v`` (``d_x``; ``_d5`` for the temporary ``_t5``)."""
         name = self.names.get(v)
         if name is None:
-            name = f"_d{v[2:]}" if v.startswith("_t") and v[2:].isdigit() else f"d_{v.lstrip('_')}"
-            while name in self.taken:
-                name += "_"
-            self.taken.add(name)
-            self.names[v] = name
+            name = self.names[v] = derivative_name(v, self.taken)
         return name
 
     def fresh(self, base):
