@@ -134,3 +134,13 @@ def test_jacobian_forward_and_reverse_against_finite_differences(n, seed):
                 for e in np.eye(n)]
         assert np.allclose(J, np.stack(cols, axis=-1), rtol=1e-6, atol=1e-8)
     assert nr.jacobian(squash, 1)(x, 0.8).shape == squash(x, 0.8).shape
+
+
+def statistics(x):
+    return np.linalg.norm(x) * np.std(x) + np.prod(x) + np.var(x)
+
+
+def test_hvp_through_numpy_reductions_with_forward_rules():
+    x, v = np.array([0.5, -1.2, 2.0, 0.7]), np.array([0.3, 0.1, -0.4, 1.0])
+    assert np.allclose(nr.hvp(statistics)(x, v), grad_differences(statistics, (x,), 0, v),
+                       rtol=1e-6, atol=1e-7)

@@ -187,6 +187,46 @@ def _running_product_tangent(x, dx, axis):
     return out
 
 
+# Float results: a pass over the tangent, and a body the reverse mode can differentiate again
+# (nr.hvp: a reverse rule's pullback is not differentiated).
+
+@frule(np.linalg.norm, Vector[AbstractFloat])
+def _norm(x, dx):
+    # as a sum of squares: Numba's nrm2 of a negative stride is wrong (linalg.py), and
+    # np.ascontiguousarray has no rule for the reverse mode to differentiate this again
+    r = np.sqrt(np.sum(x * x))
+    return r, np.sum(x * dx) / r
+
+
+@frule(np.linalg.norm, Matrix[AbstractFloat])
+def _norm_frobenius(a, da):
+    r = np.linalg.norm(a)
+    return r, np.sum(a * da) / r
+
+
+@frule(np.var, Array[AbstractFloat])
+def _var(x, dx):
+    return np.var(x), 2.0 * np.mean((x - np.mean(x)) * dx)
+
+
+@frule(np.std, Array[AbstractFloat])
+def _std(x, dx):
+    y = np.std(x)
+    return y, np.mean((x - np.mean(x)) * dx) / y
+
+
+@frule(np.prod, Array[AbstractFloat])
+def _prod(x, dx):
+    xf = x.ravel()
+    df = dx.ravel()
+    running = 1.0
+    tangent = 0.0
+    for k in range(xf.shape[0]):       # d(p x) = dp x + p dx: exact where an element is 0
+        tangent = tangent * xf[k] + running * df[k]
+        running = running * xf[k]
+    return np.prod(x), tangent
+
+
 # --- max and min: JAX's convention, the tangent averaged over the tied positions ------------
 
 @frule(np.max, Array[AbstractFloat])
