@@ -301,3 +301,15 @@ def test_clear_cache_drops_tangent_kernels():
     before = nr.cache_info()["compiles"]
     assert jvp(2.0, 1.0) == (12.0, 12.0)
     assert nr.cache_info()["compiles"] > before        # compiled again, not a dangling kernel
+
+
+def test_element_wise_tangents_of_fortran_ordered_arrays():
+    def f(m):
+        return np.sum(np.tanh(m) * m)
+    m = np.asfortranarray(np.arange(6.0).reshape(2, 3) / 5.0)
+    v = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    # the loop filled ravel() of a Fortran-ordered array: a copy, the tangent lost (fuzz 36037 #188)
+    assert nr.jvp(f)(m, v)[1] == pytest.approx(float(np.sum(nr.grad(f)(m) * v)), rel=1e-12)
+    x32 = np.linspace(0.1, 0.9, 4).astype(np.float32)
+    y, dy = nr.jvp(np.tanh)(x32, np.ones(4, np.float32))
+    assert dy.dtype == np.float32 and np.allclose(dy, 1.0 - np.tanh(x32) ** 2, rtol=1e-6)

@@ -304,12 +304,15 @@ class _Emitter:
         else:
             body = [f"    {p} = {cp.name}({xs}[{i}]{extra})",
                     f"    {out}[{i}] = {p}[0] * {ds}[{i}]"]
-        return [f"{dt} = _np.empty_like({t})",
-                f"{xs} = {x}.ravel()",
+        # ravel() walks every array in C order (a copy for another layout), so the result is
+        # filled flat and reshaped: ravel() of a Fortran-ordered result would be a copy, and
+        # the tangent written into it lost (the fuzzer's find, group "layouts")
+        return [f"{xs} = {x}.ravel()",
                 f"{ys} = {t}.ravel()",
                 f"{ds} = {self.tangent(s.expr.args[0])}.ravel()",
-                f"{out} = {dt}.ravel()",
-                f"for {i} in range({out}.shape[0]):"] + body
+                f"{out} = _np.empty({ys}.shape[0], {ys}.dtype)",
+                f"for {i} in range({out}.shape[0]):"] + body + [
+                f"{dt} = {out}.reshape({t}.shape)"]
 
     def call(self, s, primal):
         e, t = s.expr, s.target
