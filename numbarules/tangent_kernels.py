@@ -47,7 +47,6 @@ class TangentSpec:
     def __init__(self, key, target, func, name):
         self.key, self.target, self.func, self.name = key, target, func, name
         self.alive, self.ready, self.node, self.bounds = True, False, None, False
-        self.calls = []
 
     def __repr__(self):
         return f"<tangent kernel {self.name}>"
@@ -176,8 +175,6 @@ def _classify(spec, s, types, ns, active, decisions, callees):
     decisions += [(f, sig, "frule", frule, argtypes), (f, sig, "rule", rule, argtypes)]
     if method is not None:
         decisions.append((f, sig, "method", method, argtypes))
-    spec.calls.append(dict(function=f, argtypes=argtypes, line=s.line,
-                           rule=frule or rule, method=method))
     plain = not call.kwargs
     if frule is not None:
         if not plain:

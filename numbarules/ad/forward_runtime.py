@@ -4,8 +4,9 @@
                       array): the tangent of a result NumPy broadcast an operand up to
 ``_fit(e, like)``     ``e`` itself when it already has ``like``'s shape, else ``_spread``
 ``_vdot(g, d)``       the sum of ``g * d`` (a reverse rule's gradient dotted with a tangent)
-``_unary_tangent``, ``_binary_tangent``, ``_ternary_tangent``: an element-wise function's
-                      tangent on arrays from its scalar rule's partials, in one loop
+``_binary_tangent``, ``_ternary_tangent``: an element-wise function's tangent on arrays
+                      from its scalar rule's partials, in one loop (a unary one's loop is
+                      written into the kernel: pushforward.elementwise_loop)
 
 Overloads of numbarules' own functions (nothing another Numba program calls). The copies go
 through ``np.broadcast_to(...).copy()``, not ``out[...] = d``: Numba's slice assignment from an
@@ -83,19 +84,6 @@ HELPERS = {"_spread": _spread, "_fit": _fit, "_vdot": _vdot}
 # its broadcast strides, the tangent summed from the operands that have one (None: no tangent;
 # Numba prunes the branches of an argument typed None). ``partials`` takes the result last
 # (``with_result`` adapts a rule whose partials do not).
-
-@register_jitable
-def unary_tangent(x, y, dx, partials):
-    xv = np.ascontiguousarray(x).ravel()
-    yv = np.ascontiguousarray(y).ravel()
-    dv = np.ascontiguousarray(dx).ravel()
-    out = np.empty(y.shape, y.dtype)
-    o = out.reshape(out.size)
-    for i in range(o.size):
-        p = partials(xv[i], yv[i])
-        o[i] = p[0] * dv[i]
-    return out
-
 
 @register_jitable
 def _flat(v):
@@ -181,12 +169,11 @@ def ternary_tangent(a, b, c, y, da, db, dc, partials):
     return out
 
 
-HELPERS.update(_unary_tangent=unary_tangent, _binary_tangent=binary_tangent,
-               _ternary_tangent=ternary_tangent)
+HELPERS.update(_binary_tangent=binary_tangent, _ternary_tangent=ternary_tangent)
 
 # The reverse mode differentiating a tangent kernel (nr.hvp) refuses these by name (targets):
 # their partials argument is a function value, which it cannot follow.
-for _helper in (unary_tangent, binary_tangent, ternary_tangent):
+for _helper in (binary_tangent, ternary_tangent):
     _helper._nr_refusal = (
         "second derivatives (nr.hvp, nr.hessian, nr.grad of a gradient) through a NumPy "
         "element-wise function of two or three arrays (np.maximum(x, y), np.power(x, p), ...) "
