@@ -23,7 +23,7 @@ from .checkpoint import checkpointed
 from . import testing
 from .errors import (NumbarulesError, SignatureError, DispatchError, NoMethodError, AmbiguityError,
                      CompilationError, UnsupportedSyntaxError, DifferentiationError, RuleError,
-                     TangentShapeError)
+                     TangentShapeError, FunctionValueError)
 from . import cuda_hook as _cuda_hook
 
 __version__ = "0.1.0"
@@ -36,6 +36,7 @@ __all__ = [
     "pullback", "code", "ad_stats", "explain", "checkpointed", "testing", "NumbarulesError", "SignatureError",
     "DispatchError", "NoMethodError", "AmbiguityError", "CompilationError",
     "UnsupportedSyntaxError", "DifferentiationError", "RuleError", "TangentShapeError",
+    "FunctionValueError",
 ]
 
 

@@ -15,7 +15,7 @@ import numba
 import numba.typed
 import numpy as np
 
-from . import cache, entries, kernels, numba_glue, registry, rules, targets
+from . import cache, entries, function_values, kernels, numba_glue, registry, rules, targets
 from .ad import kinds
 from .dispatch import GenericFunction
 from .errors import NumbarulesError, RuleError
@@ -266,12 +266,18 @@ def _argument_error(grad, args):
         except ValueError:
             ok = False
         if not ok:
-            what = ("a Python function" if callable(a) else f"a {type(a).__name__}")
+            what = ("a callable object" if callable(a) else f"a {type(a).__name__}")
+            if isinstance(a, (np.ufunc, type(len))):
+                return TypeError(
+                    f"{grad.__qualname__}: argument {k} is {a!r:.60}, a function with no Python "
+                    f"source, which compiled code cannot take as a value. Hint: pass a function "
+                    f"of your own that calls it (def f(x): return "
+                    f"{getattr(a, '__name__', 'g')}(x)).")
             return TypeError(
                 f"{grad.__qualname__}: argument {k} is {what} ({a!r:.60}), which compiled code "
-                f"cannot take. Pass floats, arrays, structs and tuples of those; call functions "
-                f"by their global name inside {getattr(grad.f, '__name__', 'f')} (functions as "
-                f"arguments are not supported yet).")
+                f"cannot take. Pass floats, arrays, structs, tuples of those, and functions "
+                f"(Python functions and lambdas, @njit and nr.jit functions, generic functions, "
+                f"gradient objects).")
     return None
 
 
@@ -355,7 +361,8 @@ def spec_for_call(f, args, argnums=None, bounds=False, caller="pullback"):
     argtypes = tuple(numba.typeof(a) for a in args)
     target, _ = targets.target_for(f, argtypes)
     if argnums is None:
-        targets.check_arguments(f, argtypes, (True,) * len(argtypes))
+        # every argument: a function passed as a value gets None, as an integer does
+        targets.check_arguments(f, argtypes, tuple(not kinds.is_function(t) for t in argtypes))
         mask = tuple(kinds.differentiable(t) for t in argtypes)
     else:
         nums = _argnums(argnums, len(args))
@@ -369,7 +376,8 @@ def _positional(f, args, caller):
     cannot be ``f``'s positional arguments (rather than Numba's "Mismatch number of argument
     types" from deep inside typing)."""
     if isinstance(f, GenericFunction):
-        return args                 # dispatch says which methods take these arguments
+        # dispatch says which methods take these arguments
+        return function_values.arguments(tuple(args))
     if isinstance(f, np.ufunc) or targets._is_library(f):
         # NumPy's own functions: their Python defaults (out=None, np._NoValue) are not what a
         # compiled call passes; the arguments given are the call
@@ -378,7 +386,7 @@ def _positional(f, args, caller):
     try:
         sig = inspect.signature(func)
     except (TypeError, ValueError):
-        return args
+        return function_values.arguments(tuple(args))
     try:
         bound = sig.bind(*args)
     except TypeError as exc:
@@ -387,7 +395,7 @@ def _positional(f, args, caller):
                         f"{len(sig.parameters)} arguments, {len(args)} "
                         f"{'was' if len(args) == 1 else 'were'} given") from None
     bound.apply_defaults()
-    return tuple(bound.args)
+    return function_values.arguments(tuple(bound.args))
 
 
 def pullback(f, *args, boundscheck=False):
@@ -410,7 +418,7 @@ def pullback(f, *args, boundscheck=False):
     # wrong arrays (silently wrong). Such a pullback keeps a copy of the arguments, and each
     # call after the first runs the forward again on it.
     state = {"residuals": residuals, "fresh": True,
-             "args": copy.deepcopy(args) if spec.kernels.changes_residuals else None}
+             "args": _copied(args) if spec.kernels.changes_residuals else None}
     fwd = _frozen_forward(spec, args) if state["args"] is not None else None
 
     def pb(dy):
@@ -425,6 +433,11 @@ def pullback(f, *args, boundscheck=False):
         return tangents[:given]     # one per argument passed (defaults are not)
     pb.__qualname__ = name
     return y, pb
+
+
+def _copied(args):
+    """A deep copy of ``args`` that shares the functions among them (passed as values)."""
+    return copy.deepcopy(args, {id(a): a for a in args if callable(a)})
 
 
 def _frozen_forward(spec, args):

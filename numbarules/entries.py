@@ -70,6 +70,8 @@ class Unlinked:
     method decisions are the caller's too).
     """
 
+    _nr_internal = True     # never a function value a user passed (numba_glue.function_of)
+
     def __init__(self, target, resolve, node_for=None):
         self.target = target
         self.__name__ = getattr(target, "__name__", "f")

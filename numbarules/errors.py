@@ -61,6 +61,11 @@ class DifferentiationError(NumbarulesError):
     """A call the AD transform cannot differentiate: no source and no rule."""
 
 
+class FunctionValueError(NumbarulesError, TypeError):
+    """A function passed as an argument that compiled code cannot take (a closure over an array,
+    a built-in function); the message says what to pass instead."""
+
+
 class RuleError(NumbarulesError):
     """A malformed rule."""
 

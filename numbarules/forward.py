@@ -11,7 +11,7 @@ import numbers
 import numba
 import numpy as np
 
-from . import api, registry, tangent_kernels, targets
+from . import api, function_values, registry, tangent_kernels, targets
 from .ad import kinds
 from .dispatch import GenericFunction
 from .structs import Tangent, isstruct
@@ -42,6 +42,8 @@ class Jvp:
         *primal, tangent = args
         if len(primal) != self._arity:
             primal = api._positional(self.f, tuple(primal), "jvp")
+        else:
+            primal = function_values.arguments(tuple(primal))
         nums = api._argnums(self.argnums, len(primal))
         if isinstance(self.argnums, int):
             tangents = (tangent,)

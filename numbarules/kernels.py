@@ -15,7 +15,8 @@ import threading
 
 import numpy as np
 
-from . import cache, entries, methods, numba_glue, probes, profile, registry, rules, targets
+from . import (cache, entries, function_values, methods, numba_glue, probes, profile, registry,
+               rules, targets)
 from .ad import (adjoints, analysis, closures, codegen, dataflow, frontend, ir, kinds, partials,
                  runtime)
 from .dispatch import GenericFunction, Method
@@ -120,7 +121,7 @@ def specialize(target, argtypes, mask, bounds=False):
 
 def _build(spec, argtypes, mask):
     with profile.phase(profile.NORMALISE):
-        fn, refs = frontend.normalize(spec.func)
+        fn, refs = frontend.normalize(spec.func, function_values.known(spec.func, argtypes))
         ns = targets.namespace(refs)
     with profile.phase(profile.TYPE_PRIMAL):
         types, rtype = _typed(spec, fn, ns, argtypes)

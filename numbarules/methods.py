@@ -232,6 +232,13 @@ def helper(func):
 _HELPER = ("helper",)
 
 
+def jit_helper(func, key):
+    """A compiled helper of ``func`` held under ``key`` (function_values: one per set of the
+    values it captures, which its compiled code freezes)."""
+    disp = registry.table(func, "_nr_jit").get(key)
+    return disp if disp is not None else _jit(func, {}, key, internal=True)
+
+
 def partials(func):
     """The compiled partial derivatives of a scalar rule: NumPy's error model always (a pole
     gives inf, as in JAX: d/dx sqrt(x) at 0), whatever the kernel calling it. Numba would

@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 
-from . import cache, numba_glue, rules
+from . import cache, function_values, numba_glue, rules
 from .ad import dataflow, frontend, ir, kinds
 from .primitives import arrays
 from .dispatch import Method
@@ -223,7 +223,7 @@ def _callee_types(func, argtypes):
     """``(fn, types)``: the normalised IR of a callee and Numba's types of its variables, or
     None for a callee that cannot be read (it is refused when differentiated)."""
     try:
-        fn, refs = frontend.normalize(func)
+        fn, refs = frontend.normalize(func, function_values.known(func, argtypes))
         primal = exec_source(ir.function_source(fn, "callee_probe"), namespace(refs),
                        "callee-probe")["callee_probe"]
         types, _ = numba_glue.infer_types(primal, argtypes)

@@ -26,7 +26,8 @@ import re
 
 import numpy as np
 
-from . import cache, kernels, methods, numba_glue, probes, registry, rules, targets
+from . import (cache, function_values, kernels, methods, numba_glue, probes, registry, rules,
+               targets)
 from .ad import dataflow, forward_runtime, frontend, ir, partials, pushforward
 from .ad.kinds import is_float, is_real_scalar
 from .dispatch import GenericFunction, Method
@@ -98,7 +99,7 @@ def _build(spec, argtypes, mask, entry_of, tangent_only=False):
         ns = targets.namespace({"_f": entry_of})
         spec.func = entry_of
     else:
-        fn, refs = frontend.normalize(spec.func)
+        fn, refs = frontend.normalize(spec.func, function_values.known(spec.func, argtypes))
         ns = targets.namespace(refs)
     types, rtype = kernels._typed(spec, fn, ns, argtypes)
     if numba_glue.is_optional_type(rtype):

@@ -5,6 +5,7 @@ methods turned into the NumPy functions they are, and what the language leaves o
 the file, the line and a hint."""
 
 import ast
+import copy
 import inspect
 
 import numpy as np
@@ -52,6 +53,31 @@ class Expressions:
             return ir.Const(value)
         self.namespace[e.id] = value
         return ir.Name(e.id)
+
+    def e_Lambda(self, e, line):
+        """A lambda passed on as a value (``solve(lambda y, p: -p * y, y0, p)``): compiled code
+        makes no closures, so one that reads no local variable is made a function of the
+        module, compiled and passed like a global function."""
+        a = e.args
+        params = {p.arg for p in a.args}
+        captured = sorted({n.id for n in ast.walk(e.body) if isinstance(n, ast.Name)}
+                          & (self.locals - params))
+        if captured:
+            names = ", ".join(captured)
+            raise self.src.error(
+                e, f"a lambda that reads the local variable{'s' if len(captured) > 1 else ''} "
+                f"{names}", f"Hint: make {names} parameter(s) of the lambda and pass them to "
+                f"the function that calls it (solve(lambda y, p: -p * y, y0, p)).")
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+            raise self.src.error(e, "a lambda with defaults, *args or keywords",
+                                 "Hint: use a lambda of plain positional parameters.")
+        node = copy.deepcopy(e)
+        ast.increment_lineno(node, self.src.firstline - 1)
+        code = compile(ast.fix_missing_locations(ast.Expression(body=node)), self.src.file,
+                       "eval")
+        name = f"_lambda_{line}_{e.col_offset}"
+        self.namespace[name] = eval(code, dict(self.src.namespace))  # noqa: S307 - user's code
+        return ir.Name(name)
 
     def e_BinOp(self, e, line):
         op = _BINOPS.get(type(e.op))
@@ -229,10 +255,18 @@ class Expressions:
                                      "Hint: for a view of the whole array write x[:].")
             return self.emit(ir.MethodCall(obj, fn.attr, args), line)
         dotted = _dotted(fn)
-        if dotted is None or dotted.split(".")[0] in self.locals:
+        known = getattr(self, "known", {})
+        if dotted in known:
+            # a function passed as an argument: the specialization is keyed on it
+            value = known[dotted]
+            dotted = f"_fn_{dotted}"
+            self.namespace[dotted] = value
+        elif dotted is None or dotted.split(".")[0] in self.locals:
             raise self.src.error(e, "calling a local variable",
-                                 "Hint: call functions by their global name.")
-        value = self.resolve_dotted(e, dotted)
+                                 "Hint: call functions by their global name, or pass them as "
+                                 "arguments (a parameter called as a function).")
+        else:
+            value = self.resolve_dotted(e, dotted)
         if isinstance(value, np.ufunc) and (len(e.args) > value.nin or any(
                 k.arg in ("out", "where") for k in e.keywords)):
             # np.add(a, b, out) writes its result into out and returns it: a write the

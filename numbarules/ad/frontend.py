@@ -30,8 +30,11 @@ class _Loop:
         self.id, self.brk, self.cnt = ident, brk, cnt
 
 
-def normalize(func):
-    """The IR of ``func`` and the namespace (name -> object) its generated code runs in."""
+def normalize(func, known=None):
+    """The IR of ``func`` and the namespace (name -> object) its generated code runs in.
+
+    ``known``: {parameter: function} for parameters that are functions the specialization is
+    keyed on (``function_values.known``): calls of them are calls of that function by name."""
     src = Source(func)
     node = src.node
     args = node.args
@@ -43,7 +46,7 @@ def normalize(func):
     body = [ast.Return(value=node.body, lineno=node.lineno)] if isinstance(node, ast.Lambda) \
         else list(node.body)
     body = _strip_docstring(body)
-    norm = _Normalizer(src, params, body)
+    norm = _Normalizer(src, params, body, known or {})
     stmts = _version_rebindings(params, norm.function_body(body), norm.taken)
     fn = ir.Function(func.__name__, params, tuple(stmts), src.file, src.firstline,
                      tuple(src.lines))
@@ -68,9 +71,11 @@ def _strip_docstring(body):
 
 
 class _Normalizer(Expressions):
-    def __init__(self, src, params, body):
+    def __init__(self, src, params, body, known):
         self.src = src
         self.params = params
+        # (a parameter the body rebinds is no longer the function the call was specialised on)
+        self.known = {p: f for p, f in known.items() if p not in _assigned_names(body)}
         self.locals = set(params) | _assigned_names(body)
         taken = self.locals | {n.id for n in ast.walk(ast.Module(body=body, type_ignores=[]))
                                if isinstance(n, ast.Name)}

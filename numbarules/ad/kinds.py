@@ -60,6 +60,9 @@ def differentiable(t):
 def tangent_refusal(t):
     """Why a value of type ``t`` can be neither differentiated nor given ``None`` as its tangent
     (a list, a complex number, ...), or None when it can."""
+    if is_function(t):
+        return ("a function (passed as a value): it has no derivative. Hint: choose the float "
+                "arguments with argnums.")
     if differentiable(t) or _carries_no_tangent(t) or (
             isinstance(t, nbt.Array) and isinstance(t.dtype, (nbt.Integer, nbt.Boolean))):
         return None
@@ -76,8 +79,16 @@ def tangent_refusal(t):
             f"(integers and booleans get None).")
 
 
+def is_function(t):
+    """A function passed as a value (an @njit dispatcher's type, a generic function's)."""
+    return isinstance(t, (nbt.Dispatcher, nbt.Function))
+
+
 def _carries_no_tangent(t):
-    """Integers, booleans, None and tuples of them (shapes): values with no tangent."""
+    """Integers, booleans, None, functions and tuples of them (shapes): values with no
+    tangent."""
+    if is_function(t):
+        return True
     if isinstance(t, nbt.BaseTuple) and not isinstance(t, nbt.BaseNamedTuple):
         return all(_carries_no_tangent(e) for e in t)
     return isinstance(t, (nbt.Integer, nbt.Boolean, nbt.NoneType)) or t is None

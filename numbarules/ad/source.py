@@ -5,6 +5,7 @@ resolved through its closure cells, globals and builtins."""
 import ast
 import builtins
 import inspect
+import linecache
 import textwrap
 
 from ..errors import UnsupportedSyntaxError
@@ -26,9 +27,18 @@ class Source:
             raise UnsupportedSyntaxError(
                 f"cannot read the source of {func.__qualname__} ({self.file}:{self.firstline}): "
                 f"{exc}. Define it in a file, or give it a rule with nr.rrule") from None
+        try:
+            tree = ast.parse(text)
+            self.node = _find_function(tree, func)
+        except (SyntaxError, UnsupportedSyntaxError):
+            # inspect gives a lambda the lines of the statement it starts on, which may not
+            # parse alone (the header of a for or a try); read it from its whole file instead
+            text = _lambda_text(func) if func.__name__ == "<lambda>" else None
+            if text is None:
+                raise
+            tree = ast.parse(text, mode="eval")
+            self.node = tree.body
         self.lines = text.splitlines()
-        tree = ast.parse(text)
-        self.node = _find_function(tree, func)
         if not same_code(self.node, func):
             raise UnsupportedSyntaxError(
                 f"the source of {func.__qualname__} ({self.file}:{self.firstline}) is not the "
@@ -100,6 +110,22 @@ def _code_shape(code, free):
     names = tuple(n for n in code.co_names if n not in free)
     return (code.co_name, code.co_argcount, code.co_kwonlyargcount, consts, names,
             code.co_varnames)
+
+
+def _lambda_text(func):
+    """The text of lambda ``func`` cut from its file (parenthesised), or None when no lambda on
+    its line compiles to its code."""
+    code = func.__code__
+    whole = "".join(linecache.getlines(code.co_filename))
+    try:
+        tree = ast.parse(whole)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Lambda) and node.lineno == code.co_firstlineno \
+                and same_code(node, func):
+            return "(" + ast.get_source_segment(whole, node) + ")"
+    return None
 
 
 def _find_function(tree, func):

@@ -23,6 +23,7 @@ docs/numba-internals.md for how each was found and measured):
 """
 
 import contextlib
+import inspect
 import threading
 
 from numba.core import compiler, errors, ir, sigutils, types
@@ -180,7 +181,17 @@ class Dispatcher(CPUDispatcher):
             return super().compile(sig)
 
     def _compile_for_args(self, *args, **kws):
-        from .. import profile
+        from .. import function_values, profile
+        flat = args
+        if self.py_func.__code__.co_flags & inspect.CO_VARARGS and args \
+                and isinstance(args[-1], tuple):
+            flat = args[:-1] + args[-1]      # Numba folded *args into one tuple: unfold it
+        if function_values.has_python_function(flat):
+            # A Python function has no Numba type: call again with its compiled helper in its
+            # place (Numba's C dispatcher calls what this returns with the same arguments).
+            # Each such call comes here, a Python lookup; an @njit function passed does not.
+            converted = function_values.arguments(flat)
+            return lambda *a, **k: self(*converted, **k)
         label = getattr(getattr(self, "_cache", None), "label", None) or self.py_func.__qualname__
         with LOCK, profile.session(label.removesuffix(" (entry)")):
             if self.before_compile is not None:
@@ -352,6 +363,17 @@ def drop_overload(dispatcher, argtypes):
 def is_dispatcher(value):
     """A Numba dispatcher (``@njit`` function, ours included)."""
     return isinstance(value, dispatcher_base)
+
+
+def function_of(t):
+    """The function a Numba argument type stands for (an ``@njit`` dispatcher's type, a generic
+    function's or gradient object's ``CallableType``), or None: such a type is one function's
+    own, so code specialised on it may call that function by name."""
+    if isinstance(t, types.Dispatcher):
+        return t.dispatcher
+    if isinstance(t, CallableType) and not getattr(t.owner, "_nr_internal", False):
+        return t.owner
+    return None
 
 
 def numba_types_value(value):
