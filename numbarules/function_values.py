@@ -17,7 +17,6 @@ captured and the program later changed would be read stale (a silent wrong answe
 closure is refused (``FunctionValueError``) with the way round it.
 """
 
-import inspect
 import types
 import warnings
 import weakref

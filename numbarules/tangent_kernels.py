@@ -24,6 +24,7 @@ How a call is differentiated in forward mode, for a call of ``f`` at types ``T``
 import math
 import re
 
+import numba
 import numpy as np
 
 from . import (cache, function_values, kernels, methods, numba_glue, probes, registry, rules,
@@ -60,11 +61,18 @@ class TangentSpec:
         _LIVE.discard(self)
 
 
-def specialize(target, argtypes, mask, entry_of=None, tangent_only=False):
+def specialize(target, argtypes, mask, entry_of=None, tangent_only=False, for_reverse=False):
     """The (cached) tangent kernel of a Method or function at ``argtypes``; ``mask``: which
     arguments have tangents. ``entry_of``: build the kernel of a call of that function instead
-    (``nr.jvp(f)``'s entry: a rule of ``f`` itself applies there)."""
-    key = (tuple(argtypes), tuple(mask), entry_of is not None, bool(tangent_only))
+    (``nr.jvp(f)``'s entry: a rule of ``f`` itself applies there).
+
+    ``for_reverse`` (implied by ``tangent_only``, the kernels ``nr.hvp`` differentiates): the
+    reverse mode will differentiate the kernel, and it refuses a tuple holding arrays bound in a
+    loop; so a call whose result holds arrays is written as the primal call and a call of the
+    callee's tangent-only kernel (the callee's primal runs twice) rather than one call returning
+    the pair."""
+    for_reverse = bool(for_reverse or tangent_only)
+    key = (tuple(argtypes), tuple(mask), entry_of is not None, bool(tangent_only), for_reverse)
     specs = registry.table(target, "_nr_jvp")
     spec = specs.get(key)
     if spec is not None and spec.alive:
@@ -75,6 +83,7 @@ def specialize(target, argtypes, mask, entry_of=None, tangent_only=False):
         func = target.func if isinstance(target, Method) else target
     name = kernels._fresh_name(re.sub(r"\W", "_", getattr(func, "__name__", "f")))
     spec = specs[key] = TangentSpec(key, target, func, name)
+    spec.for_reverse = for_reverse
     _LIVE.add(spec)
     try:
         _build(spec, tuple(argtypes), tuple(mask), entry_of, tangent_only)
@@ -229,13 +238,16 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         raise _refuse(spec, s, f"a call by keyword of {getattr(f, '__name__', f)} in forward mode",
                       "pass its arguments by position.")
     target = method if method is not None else targets.source_of(f)
-    callee = specialize(target, argtypes, arg_mask)
+    split = spec.for_reverse and _holds_array(types.get(s.target))
+    kind = "split" if split else "derived"
+    callee = specialize(target, argtypes, arg_mask, tangent_only=split,
+                        for_reverse=spec.for_reverse)
     if callee.node is not None:
         callees.append(callee.node)
     if callee is spec:
         # self-recursion: the kernel calls itself by its name in its own namespace
         _warm_generated_module()
-        return pushforward.TangentCall("derived", f"jvp_{spec.name}", mask=arg_mask)
+        return pushforward.TangentCall(kind, f"jvp_{spec.name}", mask=arg_mask)
     if not callee.ready:
         raise _refuse(spec, s, f"a mutually recursive call of {getattr(f, '__name__', f)} (or a "
                       f"recursive call with other differentiated arguments) in forward mode "
@@ -248,7 +260,14 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         # nr.jvp(f)'s entry, a call of f with the same tangents: higher.py differentiates the
         # callee's kernel directly (one level of calls less in the reverse)
         spec.inner = callee
-    return pushforward.TangentCall("derived", name, mask=arg_mask)
+    return pushforward.TangentCall(kind, name, mask=arg_mask)
+
+
+def _holds_array(t):
+    """An array, or a tuple or struct holding one."""
+    if isinstance(t, numba.types.Array):
+        return True
+    return isinstance(t, numba.types.BaseTuple) and any(_holds_array(e) for e in t)
 
 
 def _free_name(ns, base, value):

@@ -257,3 +257,10 @@ def test_a_parameter_rebound_in_the_body_is_not_the_function_passed(make_module)
         "    return x * x\n"))
     with pytest.raises(nr.UnsupportedSyntaxError, match="calling a local variable"):
         nr.grad(mod.run, 1)(decay, 1.0)
+
+
+def test_hvp_of_a_loss_through_an_ode_solver():
+    p, y0, v = np.array([1.5, 1.0, 1.0, 3.0]), np.array([1.0, 1.0]), np.array([1.0, -1.0, 0.5, 2.0])
+    h = 1e-5
+    fd = (nr.grad(fit)(p + h * v, y0) - nr.grad(fit)(p - h * v, y0)) / (2 * h)
+    np.testing.assert_allclose(nr.hvp(fit)(p, y0, v), fd, rtol=1e-6)

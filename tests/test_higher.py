@@ -144,3 +144,24 @@ def test_hvp_through_numpy_reductions_with_forward_rules():
     x, v = np.array([0.5, -1.2, 2.0, 0.7]), np.array([0.3, 0.1, -0.4, 1.0])
     assert np.allclose(nr.hvp(statistics)(x, v), grad_differences(statistics, (x,), 0, v),
                        rtol=1e-6, atol=1e-7)
+
+
+def step(y, k):
+    return y * (1.0 - 0.1 * k * y)
+
+
+def trajectory(y0, k):
+    y = y0
+    for i in range(5):
+        y = step(y, k)            # a callee's array result bound in a loop
+    return np.sum(y * y)
+
+
+def test_hvp_through_a_callee_returning_an_array_in_a_loop():
+    # the tangent kernel nr.hvp differentiates calls the callee's primal and its tangent-only
+    # kernel (no pair holding arrays bound in the loop, which the reverse mode refuses)
+    y0, k, v = np.array([0.3, -0.7, 1.1]), 0.8, np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(nr.hvp(trajectory, 0)(y0, k, v),
+                               grad_differences(trajectory, (y0, k), 0, v), rtol=1e-6)
+    assert nr.hvp(trajectory, 1)(y0, k, 1.0) == pytest.approx(
+        grad_differences(trajectory, (y0, k), 1, 1.0), rel=1e-6)

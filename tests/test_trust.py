@@ -536,12 +536,20 @@ def takes_a_function(h, x):
     return h(x)
 
 
+class Callable:
+    def __call__(self, z):
+        return z
+
+
 def test_errors_name_the_user_and_the_problem():
     assert nr.grad(nr.grad(cube))(2.0) == 12.0      # (second derivatives: tests/test_higher.py)
     with pytest.raises(nr.DifferentiationError, match=r"second derivatives.*nr\.hvp"):
         nr.grad(nr.grad(cube))(np.array([2.0]))
-    with pytest.raises(TypeError, match=r"argument 0 is a Python function.*takes_a_function"):
-        nr.grad(takes_a_function, argnums=1)(lambda z: z * z, 2.0)
+    # functions as values work (tests/test_function_values.py); other Python objects do not
+    assert nr.grad(takes_a_function, argnums=1)(lambda z: z * z, 2.0) == 4.0
+    with pytest.raises(TypeError, match=r"grad\(takes_a_function\): argument 0 is a callable "
+                       r"object.*which compiled code cannot take"):
+        nr.grad(takes_a_function, argnums=1)(Callable(), 2.0)
     with pytest.raises(nr.UnsupportedSyntaxError, match=r"math has no attribute 'digamma'"):
         nr.grad(lambda x: math.digamma(x))(2.0)
 

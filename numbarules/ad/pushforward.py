@@ -43,7 +43,8 @@ class TangentCall:
     ``name`` the compiled partials or ``inline`` their expressions), ``frule`` (``name`` returns
     the value and its tangent from the arguments and their tangents), ``pullback`` (``name`` is
     the vjp of a reverse rule with a float result), ``derived`` (``name`` is the callee's
-    tangent kernel; ``mask`` the arguments it takes tangents of)."""
+    tangent kernel; ``mask`` the arguments it takes tangents of), ``split`` (the primal call,
+    then ``name``, the callee's kernel returning the tangent alone)."""
     kind: str
     name: str = None
     with_result: bool = False
@@ -378,4 +379,9 @@ class _Emitter:
         if cp.kind == "derived":
             tangents = [self.tangent(a) for a, m in zip(e.args, cp.mask) if m]
             return [f"{t}, {dt} = {cp.name}({', '.join(args + tangents)})"]
+        if cp.kind == "split":
+            # the primal call, then the callee's tangent-only kernel: no pair of arrays bound
+            # (tangent_kernels.specialize's for_reverse)
+            tangents = [self.tangent(a) for a, m in zip(e.args, cp.mask) if m]
+            return [primal, f"{dt} = {cp.name}({', '.join(args + tangents)})"]
         raise AssertionError(f"unknown call plan {cp.kind}")

@@ -29,6 +29,7 @@ class Calls:
                              "rrule function")),
             (1, lambda: pool("r_jsq", f"r_jsq({B()})", "rrule on an njit function")),
             (1.5, lambda: self.local_helper_call(ctx, d)),
+            (1.5, lambda: self.function_value_call(f"h_apply({{}}, {B()})", "h_apply")),
         ]
         if vec:
             v = self.r.choice(vec)
@@ -42,6 +43,7 @@ class Calls:
                                  "generic function, arrays")),
                 (1, lambda: pool("g_smooth", f"g_smooth({v.expr})", "generic function, arrays")),
                 (1, lambda: pool("r_vnorm2", f"r_vnorm2({v.expr})", "rrule function, arrays")),
+                (1, lambda: self.function_value_call(f"h_fold({{}}, {v.expr})", "h_fold")),
             ]
         if mats:
             M = self.r.choice(mats)
@@ -49,6 +51,19 @@ class Calls:
             opts.append((1, lambda: pool("p_rownorm", f"p_rownorm({M.expr}, {row()})",
                                          "plain helper, arrays")))
         return self.pick(opts)()
+
+    # functions of one float passed as values: plain, njit, generic (with and without a rule),
+    # an rrule's, and lambdas written in the program
+    _FUNCTION_VALUES = ("p_soft", "j_poly", "j_clipsoft", "g_energy", "g_smooth", "r_cube",
+                        "lambda t: 0.5 * t * t - t", "lambda t: math.sin(t) * t")
+
+    def function_value_call(self, template, helper):
+        """``helper(fn, ...)`` with ``fn`` a function passed as a value."""
+        fn = self.r.choice(self._FUNCTION_VALUES)
+        if not fn.startswith("lambda"):
+            self.pool_names.add(fn)
+        self.use("function value" + (", lambda" if fn.startswith("lambda") else ""))
+        return self.pool(helper, template.format(fn), "function value")
 
     def pool(self, name, expr, tag):
         self.pool_names.add(name)

@@ -188,6 +188,21 @@ def j_scaled(x):
     return 3.0 * x - x * x * x / 9.0
 
 
+# --- helpers taking a function (functions as values) ----------------------------------------------
+
+def h_apply(f, x):
+    """Calls the function it is given: specialised on that function (njit, plain, generic, a
+    rule's, a lambda)."""
+    return f(x) + 0.5 * f(0.5 * x)
+
+
+def h_fold(f, v):
+    s = 0.0
+    for i in range(v.shape[0]):
+        s += f(v[i]) * v[i]
+    return s
+
+
 # --- generic functions ----------------------------------------------------------------------------
 
 @nr.generic
