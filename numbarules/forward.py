@@ -6,6 +6,7 @@ directional derivative in one pass, with no tape.
 """
 
 import inspect
+import re
 import numbers
 
 import numba
@@ -31,6 +32,7 @@ class Jvp:
         self._arity = None      # f's number of parameters, where calls need no binding
         name = getattr(f, "__qualname__", getattr(f, "__name__", "f"))
         self.__qualname__ = f"jvp({name})"
+        self.__name__ = re.sub(r"\W", "_", f"jvp_{getattr(f, '__name__', 'f')}")
 
     def __repr__(self):
         return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"

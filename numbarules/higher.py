@@ -18,6 +18,8 @@ derivative along 1.0, so the same generated function serves as ``g``'s source: s
 derivatives of scalar functions, and gradient objects called inside differentiated code.
 """
 
+import re
+
 import numpy as np
 
 from . import api, registry, tangent_kernels, targets
@@ -92,6 +94,7 @@ class Hvp:
         self.jvp = api_jvp(f, argnums)
         self.f, self.argnums = f, argnums
         self.__qualname__ = f"hvp({getattr(f, '__qualname__', getattr(f, '__name__', 'f'))})"
+        self.__name__ = re.sub(r"\W", "_", f"hvp_{getattr(f, '__name__', 'f')}")
 
     def __repr__(self):
         return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"

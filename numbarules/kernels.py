@@ -121,8 +121,11 @@ def specialize(target, argtypes, mask, bounds=False):
 
 def _build(spec, argtypes, mask):
     with profile.phase(profile.NORMALISE):
-        fn, refs = frontend.normalize(spec.func, function_values.known(spec.func, argtypes))
+        known = function_values.known(spec.func, argtypes)
+        fn, refs = frontend.normalize(spec.func, known)
         ns = targets.namespace(refs)
+        # the pullback reads a function parameter by name (codegen: never a residual)
+        ns.update(known)
     with profile.phase(profile.TYPE_PRIMAL):
         types, rtype = _typed(spec, fn, ns, argtypes)
         if numba_glue.is_optional_type(rtype):

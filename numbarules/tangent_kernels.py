@@ -71,6 +71,13 @@ def specialize(target, argtypes, mask, entry_of=None, tangent_only=False, for_re
     loop; so a call whose result holds arrays is written as the primal call and a call of the
     callee's tangent-only kernel (the callee's primal runs twice) rather than one call returning
     the pair."""
+    # under Numba's compiler lock (reentrant), as every compile: a thread must not find
+    # another's specialization half built (threads of the CUDA simulator call nr.jvp at once)
+    with numba_glue.LOCK:
+        return _specialize(target, argtypes, mask, entry_of, tangent_only, for_reverse)
+
+
+def _specialize(target, argtypes, mask, entry_of, tangent_only, for_reverse):
     for_reverse = bool(for_reverse or tangent_only)
     key = (tuple(argtypes), tuple(mask), entry_of is not None, bool(tangent_only), for_reverse)
     specs = registry.table(target, "_nr_jvp")

@@ -302,3 +302,33 @@ def test_clear_cache_lets_go_of_what_the_device_tables_hold():
             assert not registry.peek(owner, name), (owner, name)
     gc.collect()
     assert ref() is None
+
+
+def swing(x, k):
+    s = 0.0
+    for i in range(5):
+        s += math.sin(k * x + i) * x
+    return s
+
+
+def test_jvp_and_hvp_inside_a_kernel_match_the_cpu():
+    jv, hv = nr.jvp(swing, (0, 1)), nr.hvp(swing, 0)
+
+    @cuda.jit
+    def kernel(y, dy, h, x, k):
+        i = cuda.grid(1)
+        if i < y.shape[0]:
+            a, b = jv(x[i], k[i], (1.0, 0.5))
+            y[i] = a
+            dy[i] = b
+            h[i] = hv(x[i], k[i], 1.0)
+
+    x, k = np.linspace(-1.0, 1.0, 8), np.linspace(0.5, 2.0, 8)
+    y, dy, h = np.empty(8), np.empty(8), np.empty(8)
+    kernel[1, 8](y, dy, h, x, k)
+    for i in range(8):
+        ref = nr.jvp(swing, (0, 1))(x[i], k[i], (1.0, 0.5))
+        assert rel_err(y[i], ref[0]) < 1e-12 and rel_err(dy[i], ref[1]) < 1e-12
+        g = nr.grad(swing, 0)
+        fd = (g(x[i] + 1e-6, k[i]) - g(x[i] - 1e-6, k[i])) / 2e-6
+        assert rel_err(h[i], fd) < 1e-6

@@ -13,7 +13,7 @@ import numbarules.cuda as nrc                               # noqa: E402
 from numba.cuda import types                                # noqa: E402
 from numbarules.cuda import glue                            # noqa: E402
 
-from cuda_zoo import CASES, IDS                             # noqa: E402
+from cuda_zoo import CASES, IDS, act                        # noqa: E402
 
 CC = (9, 0)
 
@@ -498,3 +498,106 @@ def test_non_differentiable_and_opt_out_compile_for_the_device():
     kernel = nrc.map_grad(declared).kernel_for(types.float64)
     ptx = ptx_of(kernel, (types.float64[::1], types.int64[::1], types.float64[::1]))
     assert _hex(100.0) not in ptx            # the opted-out rule's partial is not used
+
+
+# --- forward mode and second derivatives in kernels ---------------------------------------------
+
+def swing(x, k):
+    """A loop of any length (forward mode keeps no tape), a scalar rule, a generic call."""
+    s = 0.0
+    for i in range(5):
+        s += math.sin(k * x + i) * x + act(x) * k
+    return s
+
+
+def test_jvp_hvp_and_grad_of_grad_objects_compile_in_kernels():
+    jv = nr.jvp(swing, (0, 1))
+    jv0 = nr.jvp(swing, 1)
+    hv = nr.hvp(swing, 0)
+    hv2 = nr.hvp(swing, (0, 1))
+    gg = nr.grad(nr.grad(wobble))
+
+    def kernel(out, x, k):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            y, dy = jv(x[i], k[i], (1.0, 0.5))
+            y1, dy1 = jv0(x[i], k[i], 1.0)
+            h0, h1 = hv2(x[i], k[i], (1.0, -1.0))
+            out[i] = y + dy + dy1 + hv(x[i], k[i], 1.0) + h0 + h1 + gg(x[i])
+
+    ptx = ptx_of(kernel, (types.float64[::1],) * 3)
+    assert "malloc" not in ptx
+    assert "sin" in ptx or "__nv_sin" in ptx
+
+
+def wobble(x):
+    return math.sin(x) * x ** 3
+
+
+def test_device_forward_mode_refuses_arrays_and_wrong_tangents_by_name():
+    jv = nr.jvp(swing, (0, 1))
+
+    def kernel(out, x, k):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            y, dy = jv(x[i], k[i], 1.0)          # argnums is a tuple: a tuple of tangents
+            out[i] = dy
+
+    with pytest.raises(Exception, match=r"jvp\(swing\): argnums is \(0, 1\), so the last "
+                       r"argument must be a tuple of 2 tangents"):
+        ptx_of(kernel, (types.float64[::1],) * 3)
+    jvec = nr.jvp(lambda v: v[0] * v[1])
+
+    def kernel2(out, x):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = jvec(x, x)[1]
+
+    with pytest.raises(Exception, match=r"argument 0 is array.*per-thread scalar code"):
+        ptx_of(kernel2, (types.float64[::1],) * 2)
+
+
+def test_a_device_jvp_sees_a_new_method():
+    @nr.generic
+    def gain(x: nr.Real):
+        return x * 3.25
+
+    def f(x):
+        return gain(x) * x
+
+    jv = nr.jvp(f)
+
+    def kernel(out, x):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = jv(x[i], 1.0)[1]
+
+    assert _hex(3.25) in ptx_of(kernel, (types.float64[::1],) * 2)
+
+    @gain.method
+    def gain(x: nr.Float64):
+        return x * 7.625
+    ptx = ptx_of(kernel, (types.float64[::1],) * 2)
+    assert _hex(7.625) in ptx and _hex(3.25) not in ptx
+
+
+@nr.generic
+def soft_clip(x: nr.Float64):
+    return x / (1.0 + abs(x))
+
+
+@nr.frule(soft_clip)
+def _soft_clip_frule(x: nr.Float64, dx):
+    d = 1.0 + abs(x)
+    return x / d, dx * 2.5 / (d * d)      # a marked slope: the PTX must hold the rule's 2.5
+
+
+def test_a_device_jvp_uses_the_forward_rule():
+    jv = nr.jvp(lambda x: soft_clip(x) * 3.0)
+
+    def kernel(out, x):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = jv(x[i], 1.0)[1]
+
+    assert _hex(2.5) in ptx_of(kernel, (types.float64[::1],) * 2)

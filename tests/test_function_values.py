@@ -264,3 +264,17 @@ def test_hvp_of_a_loss_through_an_ode_solver():
     h = 1e-5
     fd = (nr.grad(fit)(p + h * v, y0) - nr.grad(fit)(p - h * v, y0)) / (2 * h)
     np.testing.assert_allclose(nr.hvp(fit)(p, y0, v), fd, rtol=1e-6)
+
+
+def passes_generic(k):
+    return 2.0 * euler(force, 1.0, k, 3)
+
+
+def test_pullback_of_a_function_passing_a_generic_function_on():
+    # the function is a constant of the specialization, never a residual handed to Python
+    # (boxing a generic function's compiled type crashed the process: fuzz seed 3701 #10)
+    y, pb = nr.pullback(passes_generic, 0.5)
+    assert y == pytest.approx(2.0 * 0.95 ** 3)
+    assert pb(1.0)[0] == pytest.approx(2.0 * euler_exact_grad(0.5, 3))
+    y, pb = nr.pullback(euler, force, 1.0, 0.5, 3)
+    assert pb(1.0)[2] == pytest.approx(euler_exact_grad(0.5, 3)) and pb(1.0)[0] is None

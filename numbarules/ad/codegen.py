@@ -30,7 +30,7 @@ from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
 from .tape import Saves
 from .dataflow import branch_key, part_of
-from .kinds import holds_arrays, is_float_array
+from .kinds import holds_arrays, is_float_array, is_function
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
 
@@ -366,7 +366,11 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             if isinstance(x, ir.For) and x.snapshots is not None:
                 synthesized |= {f"_c{c}{x.id}_{v}" for v in self.types for c in "rv"}
         primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
-        residuals = sorted(v for v in reads if v in primal)
+        # a function passed as a value is a constant of the specialization (its type is the
+        # function): the pullback names it from its namespace, and compiled code could not box
+        # it into the residuals handed to Python (nr.pullback)
+        constants = {v for v, t in self.types.items() if is_function(t)}
+        residuals = sorted(v for v in reads if v in primal and v not in constants)
         residuals += [x for k in sorted(self.tapes) for x in (f"_tape_{k}", f"_k_{k}")]
         self.residuals = tuple(residuals)
         lines = [f"def bwd_{self.name}(_res, _dout):",

@@ -4,6 +4,7 @@
   at compile time to device-compiled methods (``methods``).
 - ``nr.grad(f)`` / ``nr.value_and_grad(f)`` objects are callable inside kernels (per-thread
   scalar code); ``nr.cuda.grad(f, tape=N)`` gives loops that must save values a per-thread tape.
+- ``nr.jvp(f)`` and ``nr.hvp(f)`` objects are callable inside kernels too (``forward``).
 - ``nr.cuda.map_grad(f, argnums=0, tape=0)(*arrays)``: the gradient at every index of 1-D arrays.
 
 Under ``NUMBA_ENABLE_CUDASIM=1`` kernels and device functions run as Python; calls of generic
@@ -11,9 +12,9 @@ functions there run their compiled CPU code (scalar arguments) at run time.
 See docs/cuda.md for what device code supports.
 """
 
-from .. import api
+from .. import api, forward as _cpu_forward, higher as _higher
 from ..dispatch import GenericFunction
-from . import glue, gradients as _grad, methods
+from . import forward as _forward, glue, gradients as _grad, methods
 from .map_grad import map_grad
 from .gradients import grad, value_and_grad
 import sys as _sys
@@ -35,6 +36,8 @@ if glue.SIMULATOR:
 else:
     glue.register_typeof(GenericFunction, methods.numba_type)
     glue.register_typeof(api.Gradient, _grad.gradient_numba_type)
+    glue.register_typeof(_cpu_forward.Jvp, _forward.jvp_numba_type)
+    glue.register_typeof(_higher.Hvp, _forward.hvp_numba_type)
 
 
 def code(f, *args, argnums=None, tape=0):
