@@ -313,12 +313,17 @@ def _build_rule(spec, argtypes, mask):
             rule, spec.name, ns, argtypes)
     params = ", ".join(f"a{i}" for i in range(len(argtypes)))
     outs = "".join(f"_d[{k}], " for k in range(len(argtypes)))
+    messages = {}
     checks = [line for k, (a, t) in enumerate(zip(argtypes, spec.tangent_kinds))
               for line in adjoints.shape_checks(f"_d[{k}]", f"a{k}", a, t, repr(rule),
-                                               f"tangent {k}")] if rule.kind == "rrule" else []
-    vjp_src = (f"def vjp_{spec.name}({params}{', ' if params else ''}_dout):\n"
+                                               f"tangent {k}", messages)] \
+        if rule.kind == "rrule" else []
+    ns.update(messages)
+    # (the cotangent is not called _dout: a second derivative differentiates this function,
+    # and the reverse kernel's own seed parameter has that name)
+    vjp_src = (f"def vjp_{spec.name}({params}{', ' if params else ''}_cot):\n"
                f"    _y, _res = fwd_{spec.name}({params})\n"
-               f"    _d = bwd_{spec.name}(_res, _dout)\n"
+               f"    _d = bwd_{spec.name}(_res, _cot)\n"
                + "".join(f"    {line}\n" for line in checks) +
                f"    return (_y, {outs})\n")
     targets.exec_source(vjp_src, ns, f"rule-vjp:{spec.name}")

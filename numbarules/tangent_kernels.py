@@ -234,11 +234,8 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         if rspec.node is not None:
             callees.append(rspec.node)
         name = _free_name(ns, f"_vjp_{rspec.name}", rspec.vjp)
-        # a second derivative through it would differentiate the rule's pullback
-        rspec.vjp.py_func._nr_refusal = (
-            f"second derivatives through {rule!r} (forward mode uses its pullback) are not "
-            f"supported yet. Hint: give it an nr.frule, whose body the reverse mode can "
-            f"differentiate.")
+        # a second derivative differentiates this vjp in reverse mode: the rule's forward and
+        # its pullback's body (the user's code), like ChainRules' rrule under Zygote
         return pushforward.TangentCall("pullback", name,
                                        tangents=tuple(t is not None for t in rspec.tangent_kinds))
     if not plain:

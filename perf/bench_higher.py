@@ -7,7 +7,8 @@ minimum of each kept), so the ratios share the machine's noise, with ``nr.hvp`` 
 Hessian-vector product, reverse over forward). The directional derivative is checked against the
 hand-written adjoint's gradient dotted with the direction first, the Hessian-vector product
 against differences of the gradient. Targets (issue 17): jvp at most 1.5x the primal; hvp of
-Rosenbrock at most 4x its gradient.
+Rosenbrock at most 4x its gradient, and at or under JAX's ``jit(jvp(grad(f)))`` (timed in the
+same run, checked against nr.hvp) when JAX is installed.
 
 Run: python perf/bench_higher.py [--quick]
 """
@@ -61,8 +62,31 @@ def bench(workload, size, rounds, sample_s, rng):
         if not np.allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(want)))):
             raise AssertionError(f"{workload.name}: hvp disagrees with differences of the gradient")
     fns = [workload.primal_jit, lambda *a: jvp(*a, tangent), vg, lambda *a: hvp(*a, tangent)]
-    primal, t_jvp, t_vg, t_hvp = time_interleaved(fns, args, rounds, sample_s)
-    return workload.name, size, primal, t_jvp, t_vg, t_hvp
+    jax_hvp = _jax_hvp(workload.name)
+    if jax_hvp is not None:
+        got = np.asarray(jax_hvp(args[0], tangent))
+        if not np.allclose(got, hv, rtol=1e-9, atol=1e-9 * float(np.max(np.abs(hv)))):
+            raise AssertionError(f"{workload.name}: JAX's hvp disagrees with nr.hvp")
+        fns.append(lambda x: jax_hvp(x, tangent).block_until_ready())
+    times = time_interleaved(fns, args, rounds, sample_s)
+    primal, t_jvp, t_vg, t_hvp = times[:4]
+    return workload.name, size, primal, t_jvp, t_vg, t_hvp, (times[4] if len(times) > 4 else None)
+
+
+def _jax_hvp(name):
+    """JAX's ``jit(jvp(grad(f)))`` for Rosenbrock (float64), or None without JAX."""
+    if name != "rosenbrock":
+        return None
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+
+    def rosenbrock(x):
+        return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+    return jax.jit(lambda x, v: jax.jvp(jax.grad(rosenbrock), (x,), (v,))[1])
 
 
 def _as_tuple(g):
@@ -77,11 +101,16 @@ def run(quick=False, out=print):
     out("| workload | size | njit primal | nr.jvp | jvp / primal | value_and_grad / primal | "
         "nr.hvp | hvp / value_and_grad |")
     out("|---|---|---|---|---|---|---|---|")
-    rows = []
+    rows, jax_line = [], None
     for w in WORKLOADS:
-        name, size, primal, t_jvp, t_vg, t_hvp = bench(w, w.quick_size if quick else w.size,
-                                                       rounds, sample_s, rng)
+        name, size, primal, t_jvp, t_vg, t_hvp, t_jax = bench(
+            w, w.quick_size if quick else w.size, rounds, sample_s, rng)
         rows.append((name, t_jvp / primal, t_hvp / t_vg))
+        if t_jax is not None:
+            jax_line = (f"nr.hvp of {name} (n = {size}): {t_hvp * 1e3:.3f} ms, JAX "
+                        f"jit(jvp(grad(f))) {t_jax * 1e3:.3f} ms: {t_hvp / t_jax:.2f}x JAX's "
+                        f"(target: at or under JAX's, "
+                        f"{'met' if t_hvp <= t_jax else 'not met'})")
         out(f"| {name} | {size} | {primal * 1e3:.3f} ms | {t_jvp * 1e3:.3f} ms | "
             f"{t_jvp / primal:.2f}x | {t_vg / primal:.2f}x | {t_hvp * 1e3:.3f} ms | "
             f"{t_hvp / t_vg:.2f}x |")
@@ -91,6 +120,7 @@ def run(quick=False, out=print):
     rb = next(h for n, _, h in rows if n == "rosenbrock")
     out(f"target: hvp of Rosenbrock <= {HVP_TARGET}x its gradient: "
         f"{'met' if rb <= HVP_TARGET else 'not met'} ({rb:.2f}x)")
+    out(jax_line or "JAX is not installed: its hvp was not timed (pip install -e '.[bench]')")
     return rows
 
 

@@ -313,3 +313,17 @@ def test_element_wise_tangents_of_fortran_ordered_arrays():
     x32 = np.linspace(0.1, 0.9, 4).astype(np.float32)
     y, dy = nr.jvp(np.tanh)(x32, np.ones(4, np.float32))
     assert dy.dtype == np.float32 and np.allclose(dy, 1.0 - np.tanh(x32) ** 2, rtol=1e-6)
+
+
+def floor_then_grow(x, v):
+    t = float(math.floor(v))        # no tangent yet: an integer made a float
+    k = 0
+    while t < 1.95 and k < 1:
+        k += 1
+        t = t + x * x               # active from here on
+    return t
+
+
+def test_a_float_of_an_integer_that_becomes_active_in_a_loop():
+    # its tangent starts as 0.0, not None (fuzz seed 3702 #100: a typing error in nr.jvp)
+    assert nr.jvp(floor_then_grow, (0, 1))(1.5, 0.5, (1.0, 1.0)) == pytest.approx((2.25, 3.0))

@@ -218,20 +218,27 @@ class Adjoints:
         raise AssertionError(cp.kind)
 
 
-def shape_checks(tangent, arg, arg_type, tangent_type, label, what):
+def shape_checks(tangent, arg, arg_type, tangent_type, label, what, messages=None):
     """Lines raising RuleError where an array of ``tangent`` (a rule's output) has another shape
-    than the array at the same place of ``arg``: NumPy would broadcast it without a word."""
+    than the array at the same place of ``arg``: NumPy would broadcast it without a word.
+    With ``messages`` (a dict to fill with name -> message, for the namespace): calls of
+    ``runtime._rule_shape`` instead (code the reverse mode differentiates again: a rule's vjp;
+    the message a global name, as the AD reads no string constants)."""
     if tangent_type is None or isinstance(tangent_type, nbt.NoneType):
         return []
     if is_float_array(arg_type):
-        message = repr(f"{label}: {what} has another shape than the argument")
+        message = f"{label}: {what} has another shape than the argument"
+        if messages is not None:
+            name = f"_shape_message_{len(messages)}"
+            messages[name] = message
+            return [f"_shape_ok = _rule_shape({tangent}, {arg}, {name})"]
         return [f"if {tangent}.shape != {arg}.shape:",
-                f"    raise _RuleError({message}, {tangent}.shape, {arg}.shape)"]
+                f"    raise _RuleError({message!r}, {tangent}.shape, {arg}.shape)"]
     if is_aggregate(arg_type) and isinstance(tangent_type, nbt.BaseTuple):
         names = getattr(getattr(arg_type, "instance_class", None), "_fields", None)
         return [line for k, (a, t) in enumerate(zip(arg_type, tangent_type))
                 for line in shape_checks(f"{tangent}[{k}]", f"{arg}[{k}]", a, t, label,
-                                         f"{what} ({names[k] if names else k})")]
+                                         f"{what} ({names[k] if names else k})", messages)]
     return []
 
 

@@ -327,7 +327,10 @@ class _Emitter:
                      for a, ft in zip(e.args, t_type)]
             return [primal, f"{dt} = {self.tangent_class(t_type.instance_class)}({', '.join(items)})"]
         if cp.kind == "identity":
-            return [primal, f"{dt} = {self.tangent_or_zero(e.args[0])}"]
+            # float(k) of an int has a zero of the result's type, not the int's None: the
+            # variable may become active later (a loop adding an active value to it)
+            da = self.tangent(e.args[0])
+            return [primal, f"{dt} = {da if da is not None else self.zero(self.types.get(t), t)}"]
         if cp.kind in ("nondiff", "alloc"):
             return [primal, f"{dt} = {self.zero(self.types.get(t), t)}"]
         if cp.kind == "full":

@@ -13,6 +13,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from ..errors import TangentShapeError
 from ..numba_glue import intrinsics
 from .revolve import _rv_next, _rv_start
 
@@ -86,7 +87,18 @@ _apart = intrinsics.apart               # _apart(a, b): a and b share no memory 
 _copy_into = intrinsics.copy_into      # _copy_into(a, src): a checkpointed loop's LOAD
 
 
-HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv_start, "_rv_next": _rv_next, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast,
+@numba.njit
+def _rule_shape(tangent, arg, message):
+    """A rule's ``tangent`` checked against the shape of its argument ``arg`` (NumPy would
+    broadcast a wrong one without a word): a call, not a ``raise`` in the generated code, so
+    that a rule's vjp stays in the language the reverse mode differentiates (second
+    derivatives through rules: its result is an int, which nothing differentiates)."""
+    if tangent.shape != arg.shape:
+        raise TangentShapeError(message, tangent.shape, arg.shape)
+    return 0
+
+
+HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv_start, "_rv_next": _rv_next, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_rule_shape": _rule_shape,
            "_trip": _trip, "_apart": _apart, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
            "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_np": np}
 
