@@ -352,3 +352,51 @@ def _frames(tb):
     while tb is not None:
         yield tb
         tb = tb.tb_next
+
+
+# --- array literals: np.array([...]) of scalars ------------------------------------------------
+
+def predator_prey(y, p):
+    return np.array([p[0] * y[0] - p[1] * y[0] * y[1], p[2] * y[0] * y[1] - p[3] * y[1]])
+
+
+def euler_fit(p, y0):
+    y = y0
+    for i in range(10):
+        y = y + 0.05 * predator_prey(y, p)     # an array literal inside a callee in a loop
+    return np.sum(y * y)
+
+
+def matrix_literal(x, k):
+    M = np.array([[x, 2.0 * k], (np.sin(x), 1.0)])      # rows: lists or tuples
+    return np.sum(M @ M) + np.array((k, 1))[1] * x       # ints and floats: float64
+
+
+def integer_literal(x):
+    idx = np.array([0, 2])                  # int64, as in NumPy: usable as indices
+    return x[idx[0]] * x[idx[1]]
+
+
+@given(st.floats(0.5, 2.0), st.floats(-1.0, 1.0))
+def test_array_literals_are_differentiated(a, b):
+    p, y0 = np.array([1.5, a, 1.0, 3.0]), np.array([1.0, 0.5 + b * 0.25])
+    check_grad(euler_fit, p, y0)
+    check_grad(matrix_literal, a, b)
+    _, dy = nr.jvp(euler_fit, 0)(p, y0, np.ones(4))
+    assert dy == pytest.approx(float(np.sum(nr.grad(euler_fit)(p, y0))), rel=1e-12)
+
+
+def test_an_integer_array_literal_keeps_its_type():
+    assert nr.grad(integer_literal)(np.array([1.0, 2.0, 3.0])).tolist() == [3.0, 0.0, 1.0]
+
+
+def test_ragged_and_empty_array_literals_are_refused_by_name():
+    def ragged(x):
+        return np.sum(np.array([[x, x], [x]]))
+
+    def empty(x):
+        return np.sum(np.array([])) + x
+    with pytest.raises(nr.UnsupportedSyntaxError, match="rows of different lengths"):
+        nr.grad(ragged)(1.0)
+    with pytest.raises(nr.UnsupportedSyntaxError, match="np.array of an empty list"):
+        nr.grad(empty)(1.0)

@@ -165,3 +165,67 @@ def test_hvp_through_a_callee_returning_an_array_in_a_loop():
                                grad_differences(trajectory, (y0, k), 0, v), rtol=1e-6)
     assert nr.hvp(trajectory, 1)(y0, k, 1.0) == pytest.approx(
         grad_differences(trajectory, (y0, k), 1, 1.0), rel=1e-6)
+
+
+def sumsq(v):
+    s = 0.0
+    for i in range(v.shape[0]):
+        s += v[i] * v[i]
+    return s
+
+
+@nr.rrule(sumsq)
+def _sumsq_rule(v):
+    y = sumsq(v)
+
+    def pullback(dy):
+        return (2.0 * dy * v,)
+    return y, pullback
+
+
+def through_a_rule(x):
+    return math.sin(sumsq(x * x)) + sumsq(x) * x[0]
+
+
+@nr.generic
+def cubed(x: nr.Float64):
+    return x * x * x
+
+
+@nr.rrule(cubed, nr.Float64)
+def _cubed_rule(x):
+    def pullback(dy):
+        return (3.0 * x * x * dy,)
+    return x * x * x, pullback
+
+
+def test_second_derivatives_differentiate_a_reverse_rules_pullback():
+    # forward mode runs the rule's vjp at 1.0; the reverse mode differentiates that vjp: the
+    # rule's forward and its pullback's body (no frule needed)
+    x, v = np.array([0.3, -0.5, 0.8]), np.array([1.0, 0.5, -1.0])
+    np.testing.assert_allclose(nr.hvp(through_a_rule)(x, v),
+                               grad_differences(through_a_rule, (x,), 0, v), rtol=1e-6)
+    H = nr.hessian(through_a_rule)(x)
+    np.testing.assert_allclose(H, H.T, rtol=1e-12, atol=1e-12)
+
+    def f(t):
+        return math.sin(cubed(t)) + cubed(0.5 * t)
+    assert nr.grad(nr.grad(f))(0.7) == pytest.approx(
+        grad_differences(f, (0.7,), 0, 1.0), rel=1e-6)
+
+
+def bad_sumsq(v):
+    return np.sum(v * v)
+
+
+@nr.rrule(bad_sumsq)
+def _bad_sumsq_rule(v):
+    def pullback(dy):
+        return (2.0 * dy * v[:2],)          # the wrong shape
+    return np.sum(v * v), pullback
+
+
+def test_a_rules_wrong_tangent_shape_is_caught_under_second_derivatives_too():
+    x = np.array([0.3, -0.5, 0.8])
+    with pytest.raises(nr.TangentShapeError, match="tangent 0 has another shape"):
+        nr.hvp(lambda y: bad_sumsq(y) * 2.0)(x, x)

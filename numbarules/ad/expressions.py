@@ -274,6 +274,9 @@ class Expressions:
             raise self.src.error(e, f"the output argument of np.{value.__name__}",
                                  f"Hint: assign the result instead (out[:] = "
                                  f"np.{value.__name__}(...)).")
+        if value is np.array and len(e.args) == 1 and not e.keywords \
+                and isinstance(e.args[0], (ast.List, ast.Tuple)):
+            return self.array_literal(e, line)
         if value in _SEQUENCE_FUNCTIONS:
             return self.sequence_call(e, value, line)
         if value in _VIEW_FUNCTIONS and e.args and not e.keywords:
@@ -331,6 +334,40 @@ class Expressions:
                 self.namespace[name] = p.default
                 out.append(ir.Name(name))
         return tuple(out)
+
+    def array_literal(self, e, line):
+        """``np.array([a, b, c])`` (or nested rows of equal length) -> a new array of the
+        elements' common type, written element by element: ``_t = np.empty(shape, dtype);
+        _t[0] = a; ...``, which both modes differentiate as writes into a new array."""
+        def shape_of(node):
+            if not isinstance(node, (ast.List, ast.Tuple)):
+                return ()
+            if not node.elts:
+                raise self.src.error(e, "np.array of an empty list", _HINT_EXPR)
+            inner = [shape_of(x) for x in node.elts]
+            if any(s != inner[0] for s in inner):
+                raise self.src.error(e, "np.array of rows of different lengths", _HINT_EXPR)
+            return (len(node.elts),) + inner[0]
+
+        def leaves(node, at):
+            if isinstance(node, (ast.List, ast.Tuple)):
+                for k, x in enumerate(node.elts):
+                    yield from leaves(x, at + (k,))
+            else:
+                yield at, node
+
+        shape = shape_of(e.args[0])
+        items = [(at, self.expr(x)) for at, x in leaves(e.args[0], ())]
+        self.namespace["_np"] = np
+        self.namespace["_element_dtype"] = arrays.element_dtype
+        dtype = self.emit(ir.Call(arrays.element_dtype, "_element_dtype",
+                                  tuple(atom for _, atom in items)), line)
+        dims = ir.Const(shape[0]) if len(shape) == 1 else self.emit(
+            ir.MakeTuple(tuple(ir.Const(n) for n in shape)), line)
+        out = self.emit(ir.Call(np.empty, "_np.empty", (dims, dtype)), line)
+        for at, atom in items:
+            self.out.append(ir.Store(out.id, tuple(ir.Const(k) for k in at), atom, line))
+        return out
 
     def sequence_call(self, e, func, line):
         """``np.concatenate((a, b, c), axis)`` -> ``concat(concat(a, b, axis), c, axis)``, and

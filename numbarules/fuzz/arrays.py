@@ -43,6 +43,10 @@ class Arrays:
         else:
             forms.append((0.5, (f"np.empty({n})", True)))
         init, contig = self.pick(forms)
+        if self.chance(0.12):
+            # an array literal of scalar expressions (the frontend writes it element by element)
+            init, contig = "np.array([" + ", ".join(self.fexpr(ctx, 1) for _ in range(n)) \
+                + "])", True
         self.use("local array " + init.split("(")[0].replace(src.expr if src else "#", "x"))
         self.emit(ctx, f"{name} = {init}")
         A = _Vec(name, (n,), contig=contig, writable=True, local=True)

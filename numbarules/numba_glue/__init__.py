@@ -365,6 +365,12 @@ def is_dispatcher(value):
     return isinstance(value, dispatcher_base)
 
 
+def as_dtype(t):
+    """The NumPy dtype of a Numba scalar type (a literal's too)."""
+    from numba.np.numpy_support import as_dtype as numba_as_dtype
+    return numba_as_dtype(types.unliteral(t))
+
+
 def function_of(t):
     """The function a Numba argument type stands for (an ``@njit`` dispatcher's type, a generic
     function's or gradient object's ``CallableType``), or None: such a type is one function's

@@ -26,6 +26,23 @@ from .. import numba_glue
 from . import numpy_names
 
 
+def element_dtype(*elements):
+    """The NumPy scalar type ``np.array([e0, e1, ...])`` has (compiled code only: the frontend
+    writes an array literal as ``np.empty(shape, element_dtype(...))`` and a store per element,
+    which the AD differentiates like any writes into a new array)."""
+    return np.result_type(*elements).type
+
+
+@overload(element_dtype)
+def _element_dtype(*elements):
+    dtype = np.result_type(*(numba_glue.as_dtype(e) for e in elements))
+    scalar = dtype.type
+
+    def impl(*elements):
+        return scalar
+    return impl
+
+
 def join(a, b, axis):
     """``np.concatenate((a, b), axis)``: the binary form the frontend rewrites to."""
     return np.concatenate((a, b), axis)
