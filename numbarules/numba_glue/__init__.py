@@ -24,6 +24,7 @@ docs/numba-internals.md for how each was found and measured):
 
 import contextlib
 import inspect
+import warnings
 import threading
 
 from numba.core import compiler, errors, ir, sigutils, types
@@ -179,6 +180,18 @@ class Dispatcher(CPUDispatcher):
             forget_failures(self)
             pending_errors().clear()
             return super().compile(sig)
+
+    def typeof_pyval(self, val):
+        # The C dispatcher types a *args entry's folded tuple here; Numba warns that first-class
+        # function types are experimental whenever a tuple starts with a function, though the
+        # tuple stays a plain one (docs/numba-internals.md): not a warning about the user's code
+        if type(val) is tuple and val and (is_dispatcher(val[0])
+                                           or hasattr(type(val[0]), "_numba_type_")):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "First-class function type feature",
+                                        errors.NumbaExperimentalFeatureWarning)
+                return super().typeof_pyval(val)
+        return super().typeof_pyval(val)
 
     def _compile_for_args(self, *args, **kws):
         from .. import function_values, profile
