@@ -237,7 +237,7 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         # a second derivative differentiates this vjp in reverse mode: the rule's forward and
         # its pullback's body (the user's code), like ChainRules' rrule under Zygote
         return pushforward.TangentCall("pullback", name,
-                                       tangents=tuple(t is not None for t in rspec.tangent_kinds))
+                                       tangents=tuple(rspec.tangent_kinds))
     if not plain:
         raise _refuse(spec, s, f"a call by keyword of {getattr(f, '__name__', f)} in forward mode",
                       "pass its arguments by position.")

@@ -229,3 +229,30 @@ def test_a_rules_wrong_tangent_shape_is_caught_under_second_derivatives_too():
     x = np.array([0.3, -0.5, 0.8])
     with pytest.raises(nr.TangentShapeError, match="tangent 0 has another shape"):
         nr.hvp(lambda y: bad_sumsq(y) * 2.0)(x, x)
+
+
+@nr.struct
+class Knob(nr.Any):
+    a: float
+    b: float
+
+
+def knob_energy(q, x):
+    return q.a * x + q.b * q.b
+
+
+@nr.rrule(knob_energy, Knob, nr.Float64)
+def _knob_energy_rule(q, x):
+    def pullback(dy):
+        return (nr.Tangent[Knob](dy * x, 2.0 * dy * q.b), dy * q.a)
+    return q.a * x + q.b * q.b, pullback
+
+
+def test_hvp_through_a_rule_of_a_struct_argument():
+    # the rule's struct tangent is dotted with the argument's field by field (fuzz seed 3703 #21)
+    T = nr.Tangent[Knob]
+
+    def f(q, x):
+        return knob_energy(q, x) * x
+    hv = nr.hvp(f, (0, 1))(Knob(0.5, 0.3), 0.7, (T(1.0, 0.5), 1.0))
+    assert (hv[0].a, hv[0].b, hv[1]) == pytest.approx((1.4, 1.3, 2.7), rel=1e-12)

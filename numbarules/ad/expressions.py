@@ -7,6 +7,7 @@ the file, the line and a hint."""
 import ast
 import copy
 import inspect
+import re
 
 import numpy as np
 
@@ -256,7 +257,13 @@ class Expressions:
             return self.emit(ir.MethodCall(obj, fn.attr, args), line)
         dotted = _dotted(fn)
         known = getattr(self, "known", {})
-        if dotted in known:
+        family = self.tangent_family(fn)
+        if family is not None:
+            # nr.Tangent[S](...) (a rule's pullback differentiated for a second derivative)
+            value, dotted = family, f"_Tangent_{family.__name__.split('[')[-1].rstrip(']')}"
+            dotted = re.sub(r"\W", "_", dotted)
+            self.namespace[dotted] = value
+        elif dotted in known:
             # a function passed as an argument: the specialization is keyed on it
             value = known[dotted]
             dotted = f"_fn_{dotted}"
@@ -308,6 +315,21 @@ class Expressions:
         args, kwargs = _positional(value, args, kwargs)
         args = self.with_defaults(value, fname, args, kwargs)
         return self.emit(ir.Call(value, fname, args, kwargs), line)
+
+    def tangent_family(self, fn):
+        """``Tangent[S]`` when ``fn`` is the expression ``nr.Tangent[S]`` (``S`` a global name),
+        else None."""
+        if not (isinstance(fn, ast.Subscript) and _dotted(fn.value) and _dotted(fn.slice)):
+            return None
+        if _dotted(fn.value).split(".")[0] in self.locals:
+            return None
+        from ..structs import Tangent
+        try:
+            family = self.resolve_dotted(fn.value, _dotted(fn.value))
+            cls = self.resolve_dotted(fn.slice, _dotted(fn.slice))
+        except NumbarulesError:
+            return None
+        return Tangent[cls] if family is Tangent else None
 
     def with_defaults(self, func, fname, args, kwargs):
         """``args`` with the defaults of the parameters a call of a Python function leaves out:

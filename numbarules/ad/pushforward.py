@@ -50,7 +50,7 @@ class TangentCall:
     with_result: bool = False
     inline: object = None
     mask: tuple = ()
-    tangents: tuple = ()        # pullback: which arguments the rule gives a tangent for
+    tangents: tuple = ()        # pullback: the Numba types of the rule's tangents (None: none)
 
 
 def generate(fn, types, active, calls, name, mask):
@@ -315,6 +315,20 @@ class _Emitter:
                 f"for {i} in range({out}.shape[0]):"] + body + [
                 f"{dt} = {out}.reshape({t}.shape)"]
 
+    def dot_terms(self, g, d, kind):
+        """``_vdot`` terms of a rule's tangent ``g`` (of Numba type ``kind``) with the argument's
+        tangent ``d``, one per float or array leaf of a struct or tuple (fields read by name):
+        the reverse mode differentiates these kernels again, and ``_vdot`` has rules for
+        floats and arrays only."""
+        if kind is None or isinstance(kind, nbt.NoneType):
+            return []
+        if isinstance(kind, nbt.BaseTuple):
+            names = getattr(getattr(kind, "instance_class", None), "_fields", None)
+            return [term for k, part in enumerate(kind)
+                    for acc in [f".{names[k]}" if names else f"[{k}]"]
+                    for term in self.dot_terms(f"{g}{acc}", f"{d}{acc}", part)]
+        return [f"_vdot({g}, {d})"]
+
     def call(self, s, primal):
         e, t = s.expr, s.target
         dt = self.d(t)
@@ -375,9 +389,9 @@ class _Emitter:
         if cp.kind == "pullback":
             r = f"_r{dt}"
             lines = [f"{r} = {cp.name}({', '.join(args + ['1.0'])})", f"{t} = {r}[0]"]
-            terms = [f"_vdot({r}[{k + 1}], {self.tangent(a)})"
-                     for k, a in enumerate(e.args)
-                     if self.tangent(a) is not None and cp.tangents[k]]
+            terms = [term for k, a in enumerate(e.args) if self.tangent(a) is not None
+                     for term in self.dot_terms(f"{r}[{k + 1}]", self.tangent(a),
+                                                cp.tangents[k])]
             return lines + [f"{dt} = {' + '.join(terms) if terms else '0.0'}"]
         if cp.kind == "derived":
             tangents = [self.tangent(a) for a, m in zip(e.args, cp.mask) if m]
