@@ -9,7 +9,7 @@ from numba import types as nbt
 
 from ..errors import UnsupportedSyntaxError
 from . import ir
-from .kinds import (holds_arrays, is_aggregate, is_float, is_float_array, is_float_struct,
+from .kinds import (holds_arrays, is_float, is_float_array, is_float_struct,
                     is_float_tuple)
 from .dataflow import _one_part, part_of, _rebinds, stmt_reads, view_base, where
 
@@ -60,8 +60,10 @@ def _rebound(fn, stmts, types, active, alias, view_of, loop_views, sites, in_loo
                     isinstance(a, ir.Name) and a.id in members for a in s.expr.items)
                 or s.target in members and part_of(s.expr, types) is not None
                 and not isinstance(s.expr, ir.Atom))
+            # (a call's result can hold the array only if its type holds arrays: a pair of
+            # floats from a forward rule of np.sum does not)
             if built or isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) \
-                    and is_aggregate(types.get(s.target)) and any(
+                    and holds_arrays(types.get(s.target)) and any(
                         isinstance(a, ir.Name) and a.id in members for a in s.expr.args):
                 raise UnsupportedSyntaxError(
                     f"a struct or tuple holding {_array_named(v)}, which is rebound (in a loop, "

@@ -21,18 +21,19 @@ from . import glue, methods
 
 
 def jvp_numba_type(j):
-    typ = j.__dict__.get("_nr_device_type")
-    if typ is None:
-        typ = j._nr_device_type = glue.device_callable_type(
-            j, 0, lambda argtypes: _resolve(j, argtypes, _jvp_driver))
-    return typ
+    return _device_type(j, _jvp_driver)
 
 
 def hvp_numba_type(h):
-    typ = h.__dict__.get("_nr_device_type")
+    return _device_type(h, _hvp_driver)
+
+
+def _device_type(obj, make_driver):
+    """The device Numba type of an ``nr.jvp`` / ``nr.hvp`` object (one per object)."""
+    typ = obj.__dict__.get("_nr_device_type")
     if typ is None:
-        typ = h._nr_device_type = glue.device_callable_type(
-            h, 0, lambda argtypes: _resolve(h, argtypes, _hvp_driver))
+        typ = obj._nr_device_type = glue.device_callable_type(
+            obj, 0, lambda argtypes: _resolve(obj, argtypes, make_driver))
     return typ
 
 
