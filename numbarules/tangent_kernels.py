@@ -215,12 +215,7 @@ def _classify(spec, s, types, ns, active, decisions, callees):
             return pushforward.TangentCall("scalar", with_result=scalar.uses_result,
                                            inline=inline)
         disp = methods.partials(scalar.impl)
-        base = f"_partials_{getattr(f, '__name__', 'f')}"
-        if len(argtypes) > 1 and not all(is_real_scalar(t) for t in argtypes) \
-                and not scalar.uses_result:
-            # on arrays, element by element through a helper that passes the result too
-            disp, base = forward_runtime.with_result(disp, len(argtypes)), base + "_y"
-        name = _free_name(ns, base, disp)
+        name = _free_name(ns, f"_partials_{getattr(f, '__name__', 'f')}", disp)
         return pushforward.TangentCall("scalar", name, with_result=scalar.uses_result)
     if rule is not None and rule.kind == "rrule":
         if not is_float(types.get(s.target)) or not plain:

@@ -271,3 +271,29 @@ def test_hvp_through_a_forward_rule_of_a_loop_temporary():
     v, x, dv = np.array([0.3, -0.5, 0.7]), 0.4, np.array([1.0, 0.5, -1.0])
     np.testing.assert_allclose(nr.hvp(sums_in_a_loop, 0)(v, x, dv),
                                grad_differences(sums_in_a_loop, (v, x), 0, dv), rtol=1e-6)
+
+
+def elementwise_pairs(x, y):
+    z = np.maximum(x, y * 0.5) + np.power(np.abs(x) + 1.0, y) + np.arctan2(x, y)
+    return np.sum(z * z) + np.sum(np.hypot(x, 2.0))
+
+
+def broadcast_pairs(M, r):
+    return np.sum(np.maximum(M, r) ** 2) + np.sum(np.arctan2(M, 2.0))
+
+
+def test_hvp_through_element_wise_functions_of_several_arrays():
+    # their tangent loop is written into the kernel (was a helper taking the partials as a
+    # function value, refused by the reverse mode)
+    x, y = np.array([0.3, -0.5, 0.7]), np.array([0.4, 0.9, -0.2])
+    v, u = np.array([1.0, 0.5, -1.0]), np.array([0.2, -0.3, 0.6])
+    hv = nr.hvp(elementwise_pairs, (0, 1))(x, y, (v, u))
+    h = 1e-6
+    g = nr.grad(elementwise_pairs, (0, 1))
+    up, down = g(x + h * v, y + h * u), g(x - h * v, y - h * u)
+    for got, a, b in zip(hv, up, down):
+        np.testing.assert_allclose(got, (a - b) / (2 * h), rtol=1e-6)
+    M, r = np.array([[0.3, -0.2], [0.5, 0.1]]), np.array([0.7, -0.4])
+    np.testing.assert_allclose(nr.hvp(broadcast_pairs, 0)(M, r, np.ones((2, 2))),
+                               grad_differences(broadcast_pairs, (M, r), 0, np.ones((2, 2))),
+                               rtol=1e-6)

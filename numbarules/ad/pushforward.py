@@ -289,31 +289,47 @@ class _Emitter:
     # --- calls ------------------------------------------------------------------------------
 
     def elementwise_loop(self, s, cp, dt):
-        """The tangent of a unary element-wise function of an array, ``t = f(x)``: a loop over
-        the flattened arrays calling the scalar rule's partials per element. Written into the
-        kernel rather than called (``_binary_tangent``), so that the reverse mode can
-        differentiate the kernel again (nr.hvp)."""
-        t, x = s.target, s.expr.args[0].src()
-        xs, ys, ds, out, i, p = (self.fresh(b) for b in ("_ex", "_ey", "_edx", "_edy", "_ei",
-                                                          "_ep"))
-        extra = f", {ys}[{i}]" if cp.with_result else ""
+        """The tangent of an element-wise function of arrays (and scalars), ``t = f(a, b)``: a
+        loop over the flattened result calling the scalar rule's partials per element, each
+        array operand broadcast to the result (``_fit``, which has a reverse rule). Written into
+        the kernel rather than called, so that the reverse mode can differentiate the kernel
+        again (nr.hvp)."""
+        t = s.target
+        ys, out, i, p = (self.fresh(b) for b in ("_ey", "_edy", "_ei", "_ep"))
+        lines, elems, tangents = [], [], []
+        unary = len(s.expr.args) == 1
+        for k, a in enumerate(s.expr.args):
+            da = self.tangent(a)
+            if isinstance(a, ir.Name) and is_array(self.types.get(a.id)):
+                # (an operand of the result's shape is itself: _fit returns it, no copy)
+                xs = self.fresh("_ex")
+                lines.append(f"{xs} = {a.src() if unary else f'_fit({a.src()}, {t})'}.ravel()")
+                elems.append(f"{xs}[{i}]")
+                if da is not None:
+                    ds = self.fresh("_edx")
+                    lines.append(f"{ds} = {da if unary else f'_fit({da}, {t})'}.ravel()")
+                    tangents.append((k, f"{ds}[{i}]"))
+            else:
+                elems.append(a.src())
+                if da is not None:
+                    tangents.append((k, da))
+        extra = [f"{ys}[{i}]"] if cp.with_result else []
         if cp.inline is not None:
             self.uses_math = True
-            factor = partials.factor(cp.inline, 0, [f"{xs}[{i}]"] + ([f"{ys}[{i}]"] if
-                                                                    cp.with_result else []))
-            body = [f"    {out}[{i}] = {factor} * {ds}[{i}]"]
+            terms = [f"{partials.factor(cp.inline, k, elems + extra)} * {d}"
+                     for k, d in tangents]
+            body = [f"    {out}[{i}] = {' + '.join(terms) or '0.0'}"]
         else:
-            body = [f"    {p} = {cp.name}({xs}[{i}]{extra})",
-                    f"    {out}[{i}] = {p}[0] * {ds}[{i}]"]
+            terms = [f"{p}[{k}] * {d}" for k, d in tangents]
+            body = [f"    {p} = {cp.name}({', '.join(elems + extra)})",
+                    f"    {out}[{i}] = {' + '.join(terms) or '0.0'}"]
         # ravel() walks every array in C order (a copy for another layout), so the result is
         # filled flat and reshaped: ravel() of a Fortran-ordered result would be a copy, and
         # the tangent written into it lost (the fuzzer's find, group "layouts")
-        return [f"{xs} = {x}.ravel()",
-                f"{ys} = {t}.ravel()",
-                f"{ds} = {self.tangent(s.expr.args[0])}.ravel()",
-                f"{out} = _np.empty({ys}.shape[0], {ys}.dtype)",
-                f"for {i} in range({out}.shape[0]):"] + body + [
-                f"{dt} = {out}.reshape({t}.shape)"]
+        return lines + [f"{ys} = {t}.ravel()",
+                        f"{out} = _np.empty({ys}.shape[0], {ys}.dtype)",
+                        f"for {i} in range({out}.shape[0]):"] + body + [
+                        f"{dt} = {out}.reshape({t}.shape)"]
 
     def dot_terms(self, g, d, kind):
         """``_vdot`` terms of a rule's tangent ``g`` (of Numba type ``kind``) with the argument's
@@ -357,14 +373,7 @@ class _Emitter:
             extra = [t] if cp.with_result else []
             if arr:
                 # element by element: partials are written for scalars
-                if len(e.args) > 3:
-                    self.refuse(s, f"an element-wise function of {len(e.args)} arrays",
-                                "give it a forward rule with nr.frule.")
-                if len(e.args) == 1:
-                    return [primal] + self.elementwise_loop(s, cp, dt)
-                helper = ("_binary_tangent", "_ternary_tangent")[len(e.args) - 2]
-                operands = args + [t] + [self.tangent(a) or "None" for a in e.args]
-                return [primal, f"{dt} = {helper}({', '.join(operands)}, {cp.name})"]
+                return [primal] + self.elementwise_loop(s, cp, dt)
             terms = []
             lines = [primal]
             if cp.inline is not None:
