@@ -297,3 +297,16 @@ def test_hvp_through_element_wise_functions_of_several_arrays():
     np.testing.assert_allclose(nr.hvp(broadcast_pairs, 0)(M, r, np.ones((2, 2))),
                                grad_differences(broadcast_pairs, (M, r), 0, np.ones((2, 2))),
                                rtol=1e-6)
+
+
+def clipped(v):
+    return np.sum(np.clip(v, -0.7, 0.8)) * v[0]
+
+
+def test_hvp_through_np_clip():
+    # clip's partials (compiled only) are piecewise constant: their derivative is 0 (fuzz seed
+    # 3704 #36 was refused as "a function that returns no value")
+    v = np.array([0.3, 0.9, -1.0])
+    np.testing.assert_allclose(nr.hvp(clipped)(v, np.ones(3)), [2.0, 0.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(nr.hvp(clipped)(v, np.ones(3)),
+                               grad_differences(clipped, (v,), 0, np.ones(3)), atol=1e-6)

@@ -116,6 +116,11 @@ def clip_partials(x, lo, hi):
     raise NotImplementedError("clip_partials runs in compiled code")
 
 
+# Its partials are piecewise constant in every argument (0, 0.5 or 1): their derivative is 0
+# wherever it exists, which is what a second derivative through np.clip needs (as in JAX).
+non_differentiable(clip_partials)
+
+
 @overload(clip_partials)
 def _clip_partials(x, lo, hi):
     # minimum(maximum(x, lo), hi), as JAX: each comparison splits a tie 0.5 / 0.5
