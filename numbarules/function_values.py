@@ -9,7 +9,7 @@ transform sees the call as it sees a call of a global function: method decisions
 recorded on its engine node, and a new method of the passed function drops what relied on it.
 
 A plain Python function, a lambda or a closure has no Numba type. Here it becomes the compiled
-helper of its code (``methods.helper``), one per (code, globals, captured values, defaults):
+helper of its code (``methods.jit_helper``), one per (code, globals, captured values, defaults):
 a closure made again with the same captured values (``lambda y: rhs(y, k)`` in a loop) reuses
 the compiled code; one whose captured values change compiles again, as Numba's own closures
 do. Captured values must be immutable: compiled code keeps them as constants, so an array it
@@ -34,7 +34,7 @@ _warned = weakref.WeakSet()
 def arguments(args):
     """``args`` with each plain Python function replaced by what compiled code takes for it
     (the same tuple when there is none: the common case costs one scan)."""
-    if not any(type(a) is types.FunctionType for a in args):
+    if not has_python_function(args):
         return args
     return tuple(compiled(a) if type(a) is types.FunctionType else a for a in args)
 

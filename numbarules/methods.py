@@ -224,9 +224,7 @@ def _new_cell(value):
 def helper(func):
     """The compiled version of a plain Python function that compiled code calls (one per
     function, held by it; not callable from Python)."""
-    made = registry.table(func, "_nr_jit")
-    disp = made.get(_HELPER)
-    return disp if disp is not None else _jit(func, {}, _HELPER, internal=True)
+    return jit_helper(func, _HELPER)
 
 
 _HELPER = ("helper",)

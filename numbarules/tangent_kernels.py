@@ -24,13 +24,12 @@ How a call is differentiated in forward mode, for a call of ``f`` at types ``T``
 import math
 import re
 
-import numba
 import numpy as np
 
 from . import (cache, function_values, kernels, methods, numba_glue, probes, registry, rules,
                targets)
 from .ad import dataflow, forward_runtime, frontend, ir, partials, pushforward
-from .ad.kinds import is_float, is_real_scalar
+from .ad.kinds import holds_arrays, is_array, is_float, is_real_scalar
 from .dispatch import GenericFunction, Method
 from .errors import DifferentiationError, DispatchError, RuleError, UnsupportedSyntaxError
 from .lattice import from_numba
@@ -237,7 +236,8 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         raise _refuse(spec, s, f"a call by keyword of {getattr(f, '__name__', f)} in forward mode",
                       "pass its arguments by position.")
     target = method if method is not None else targets.source_of(f)
-    split = spec.for_reverse and _holds_array(types.get(s.target))
+    result = types.get(s.target)
+    split = spec.for_reverse and (is_array(result) or holds_arrays(result))
     kind = "split" if split else "derived"
     callee = specialize(target, argtypes, arg_mask, tangent_only=split,
                         for_reverse=spec.for_reverse)
@@ -260,13 +260,6 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         # callee's kernel directly (one level of calls less in the reverse)
         spec.inner = callee
     return pushforward.TangentCall(kind, name, mask=arg_mask)
-
-
-def _holds_array(t):
-    """An array, or a tuple or struct holding one."""
-    if isinstance(t, numba.types.Array):
-        return True
-    return isinstance(t, numba.types.BaseTuple) and any(_holds_array(e) for e in t)
 
 
 def _free_name(ns, base, value):

@@ -32,6 +32,8 @@ _HINT_EXPR = ("Hint: use arithmetic, comparisons, math functions, element indexi
 class Expressions:
     """``expr(node)`` -> an IR atom; statements go to ``self.out`` through ``self.emit``."""
 
+    known = {}      # {parameter: function passed as a value} (frontend._Normalizer sets it)
+
     def expr(self, e):
         line = self.src.line(e)
         method = getattr(self, "e_" + type(e).__name__, None)
@@ -256,12 +258,11 @@ class Expressions:
                                      "Hint: for a view of the whole array write x[:].")
             return self.emit(ir.MethodCall(obj, fn.attr, args), line)
         dotted = _dotted(fn)
-        known = getattr(self, "known", {})
+        known = self.known
         family = self.tangent_family(fn)
         if family is not None:
             # nr.Tangent[S](...) (a rule's pullback differentiated for a second derivative)
-            value, dotted = family, f"_Tangent_{family.__name__.split('[')[-1].rstrip(']')}"
-            dotted = re.sub(r"\W", "_", dotted)
+            value, dotted = family, re.sub(r"\W", "_", f"_{family.__name__}")
             self.namespace[dotted] = value
         elif dotted in known:
             # a function passed as an argument: the specialization is keyed on it

@@ -48,7 +48,6 @@ class Nest2(nr.Any):
     v: nr.Vector[nr.Float64]
 
 
-TPair = nr.Tangent[Pair]
 STRUCTS = {"Params": Params, "Pair": Pair, "Nest": Nest, "Nest2": Nest2}
 
 
@@ -312,7 +311,8 @@ def _r_pairdot_rule(p, x):
     y = p.a * x + p.b * p.b
 
     def r_pairdot_pullback(dy):
-        return (TPair(dy * x, 2.0 * dy * p.b), dy * p.a)
+        # nr.Tangent[S](...) as users write it (differentiated again under nr.hvp)
+        return (nr.Tangent[Pair](dy * x, 2.0 * dy * p.b), dy * p.a)
     return y, r_pairdot_pullback
 
 
