@@ -37,7 +37,9 @@ NUMBA_OTHER = "numba: other passes"
 NUMBA_OUTSIDE = "numba: outside passes (start-up: registries)"
 OTHER = "other"
 
-_PASSES = {"nopython_type_inference": NUMBA_TYPING, "native_lowering": NUMBA_LOWERING}
+# (our located lowering, numba_glue/located.py, replaces Numba's pass under a name of its own)
+_PASSES = {"nopython_type_inference": NUMBA_TYPING, "native_lowering": NUMBA_LOWERING,
+           "numbarules_native_lowering": NUMBA_LOWERING}
 
 _MAX_RECORDS = 10000
 _records = collections.deque(maxlen=_MAX_RECORDS)

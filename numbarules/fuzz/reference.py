@@ -2,7 +2,7 @@
 program run as plain Python, and whether they can be trusted at a point.
 
 An argument's float coordinates (floats, array elements, struct fields, tuple elements) are
-addressed by paths: ``leaves`` lists them, ``get_leaf`` and ``with_leaf`` read and replace one.
+addressed by paths: ``leaves`` lists them, ``get_leaf`` reads one, ``with_leaf`` and ``set_leaf`` replace one.
 Every Python run is traced (``sys.settrace``): the lines it executes and the largest float its
 frames hold. ``finite_differences`` gives None for a non-finite or huge value, and marks a
 coordinate unstable where differences with steps h and 2h and the one-sided ones disagree or
@@ -76,6 +76,21 @@ def with_leaf(value, path, x):
         return a
     items = list(value)
     items[k] = with_leaf(items[k], path[1:], x)
+    return type(value)(*items) if _is_struct(value) else tuple(items)
+
+
+def set_leaf(value, path, x):
+    """``with_leaf``, but an array is written in place: it keeps its layout, so a compiled
+    gradient called on the result runs the specialization already compiled for ``value``
+    (a C-ordered copy of a transposed or strided argument is a new Numba type, and compiling a
+    new gradient specialization for it cost 1-2 s of a program's check)."""
+    if path and path[0][0] == "e":
+        value[np.unravel_index(path[0][1], value.shape)] = x
+        return value
+    if not path:
+        return float(x)
+    items = list(value)
+    items[path[0][1]] = set_leaf(items[path[0][1]], path[1:], x)
     return type(value)(*items) if _is_struct(value) else tuple(items)
 
 

@@ -168,6 +168,13 @@ class Dispatcher(CPUDispatcher):
         refresh = getattr(self.py_func, "_nr_refresh", None)
         if refresh is not None:
             refresh()
+        from .. import profile
+        # a session of its own where no call from Python opened one (a pullback compiling its
+        # kernel for the cotangent's type): nr.compile_stats() sees every compile of ours
+        with profile.session():
+            return self._compile(sig)
+
+    def _compile(self, sig):
         try:
             return super().compile(sig)
         except Exception:       # noqa: BLE001 - Numba's lowering asserts as well as raising its own
