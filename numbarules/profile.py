@@ -225,7 +225,8 @@ def _on_end(kind, data):
 @contextlib.contextmanager
 def session(what=None):
     """Open a compile session (nested ones join the outermost). On a terminal, the outermost
-    prints a summary when it took longer than a second."""
+    prints a summary when it took longer than a second. The garbage collector pauses for the
+    outermost (numba_glue.collector_paused)."""
     depth = getattr(_local, "depth", 0)
     if depth:
         _local.depth = depth + 1
@@ -238,7 +239,7 @@ def session(what=None):
     _local.t0 = time.perf_counter()
     first = len(_records)
     try:
-        with numba_glue.observe_compiles(_on_start, _on_end):
+        with numba_glue.collector_paused(), numba_glue.observe_compiles(_on_start, _on_end):
             yield
     finally:
         _local.depth = 0
