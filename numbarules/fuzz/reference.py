@@ -2,7 +2,8 @@
 program run as plain Python, and whether they can be trusted at a point.
 
 An argument's float coordinates (floats, array elements, struct fields, tuple elements) are
-addressed by paths: ``leaves`` lists them, ``get_leaf`` reads one, ``with_leaf`` and ``set_leaf`` replace one.
+addressed by paths: ``leaves`` lists them, ``get_leaf`` reads one, ``with_leaf`` (a copy) and
+``set_leaf`` (arrays written in place) replace one.
 Every Python run is traced (``sys.settrace``): the lines it executes and the largest float its
 frames hold. ``finite_differences`` gives None for a non-finite or huge value, and marks a
 coordinate unstable where differences with steps h and 2h and the one-sided ones disagree or

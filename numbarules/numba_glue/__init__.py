@@ -505,9 +505,9 @@ def collector_paused():
     types, LLVM IR built in Python), so the collector's allocation counts trigger collections
     all through it, and each full collection scans the whole heap: in a process that had
     checked 30 fuzz programs they took 30 of its 122 s (docs/numba-internals.md, "The garbage
-    collector"). Paused, what a compile leaves is collected after it, once. Nothing else
-    changes: the collector's state is restored, and objects freed by reference counts are
-    freed as always."""
+    collector and what a compile leaves alive"). Paused, the garbage a compile makes is
+    collected after it (its peak memory is higher while it runs). Nothing else changes: the
+    collector's state is restored, and objects freed by reference counts are freed as always."""
     was = gc.isenabled()
     if was:
         gc.disable()

@@ -96,10 +96,10 @@ class LocatingLower(lowering.Lower):
     def __init__(self, context, *args, **kwargs):
         super().__init__(context, *args, **kwargs)
         if isinstance(self.context, _LocatedContext):     # the lowerer's own copy of it
-            # weakly: the context outlives the compile (its compile result keeps it), and a
-            # lowerer keeps its function's whole LLVM and Numba IR (measured: 150,000 Python
-            # objects per fuzz program kept alive, a full garbage collection of a long process
-            # taking a second, a quarter of its time)
+            # weakly: the context outlives the compile (an array expression's kernel compiled
+            # with it stays in Numba's process-wide cache of subroutines), and a lowerer holds
+            # its function's whole LLVM and Numba IR (150,000 Python objects per fuzz program
+            # were kept alive; docs/numba-internals.md, "The garbage collector")
             self.context.nr_lowerer = weakref.ref(self)
 
 
