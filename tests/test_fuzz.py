@@ -320,6 +320,18 @@ def test_programs_check_out_again_in_a_process_that_loads_them_from_the_disk_cac
     assert "from the disk cache" in s.table()
 
 
+def test_the_summary_says_where_the_time_went():
+    from numbarules.fuzz.outcomes import Result, Summary
+    rs = [Result(1, 0, "ok", stages={"grad": 0.5, "pullback": 0.25, "fd": 0.01}),
+          Result(1, 1, "ok", stages={"grad": 0.75, "hvp": 2.0, "world grad": 0.5}),
+          Result(1, 2, "refused", stages={"fd": 0.02})]
+    s = Summary(1, (), rs, 4.0)
+    assert list(s.stage_seconds().items()) == [("hvp", 2.0), ("grad", 1.25),
+                                               ("world grad", 0.5), ("pullback", 0.25)]
+    assert "seconds by check, over all programs: hvp 2.0, grad 1.2, world grad 0.5, " \
+           "pullback 0.2" in s.table()
+
+
 def test_cli_fuzz_reports_and_exits_nonzero_on_failure(capsys, tmp_path):
     # one scalar program; the exit code follows the summary
     rc = cli.main(["fuzz", "--n", "1", "--seed", str(SEED), "--features", "scalar",

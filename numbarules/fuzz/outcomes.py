@@ -117,6 +117,16 @@ class Summary:
                 hits[u] = hits.get(u, 0) + 1
         return hits
 
+    def stage_seconds(self):
+        """{check: seconds summed over the programs}, slowest first (the checks after a world
+        change under "world ...")."""
+        total = {}
+        for r in self.results:
+            for k, v in (r.stages or {}).items():
+                total[k] = total.get(k, 0.0) + v
+        return dict(sorted(((k, v) for k, v in total.items() if v >= 0.05),
+                           key=lambda kv: -kv[1]))
+
     def classes(self):
         """Failures grouped by a normalised error signature: {signature: [results]}."""
         groups = {}
@@ -150,6 +160,11 @@ class Summary:
             refused = [r for r in checked if r.hvp.startswith("refused")]
             lines.append(f"  second order (nr.hvp: symmetric, against differences of nr.grad): "
                          f"{len(checked) - len(refused)} ok, {len(refused)} refused")
+        stages = self.stage_seconds()
+        if stages:
+            # where a run's time goes, compiles included: what to shorten when it is too long
+            lines.append("  seconds by check, over all programs: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in stages.items()))
         loaded = [r for r in self.results if r.loaded]
         if loaded:
             lines.append(f"  checked again in another process from the disk cache: {len(loaded)} "
