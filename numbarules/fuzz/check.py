@@ -55,7 +55,7 @@ import numpy as np
 
 from .outcomes import Result, refusal_class
 from .reference import (ATOL, RTOL, _Bad, _describe_path, _is_struct, _value_dependent,
-                        finite_differences, get_leaf, leaves, set_leaf)
+                        finite_differences, get_leaf, leaves, with_leaf)
 
 MAX_ATTEMPTS = 4
 AD_RTOL, AD_ATOL = 1e-8, 1e-10   # grad against pullback against value_and_grad
@@ -363,8 +363,8 @@ def _check_hvp(prog, f, attempt, argnums):
         for j, p in paths:
             i, d = argnums[j], get_leaf(v[j], p)
             x = get_leaf(args[i], p)
-            up[i] = set_leaf(up[i], p, x + h * d)
-            down[i] = set_leaf(down[i], p, x - h * d)
+            up[i] = with_leaf(up[i], p, x + h * d, in_place=True)
+            down[i] = with_leaf(down[i], p, x - h * d, in_place=True)
         return (flat(grad(*up)) - flat(grad(*down))) / (2 * h)
     try:
         h = 1e-4 * size

@@ -2,8 +2,7 @@
 program run as plain Python, and whether they can be trusted at a point.
 
 An argument's float coordinates (floats, array elements, struct fields, tuple elements) are
-addressed by paths: ``leaves`` lists them, ``get_leaf`` reads one, ``with_leaf`` (a copy) and
-``set_leaf`` (arrays written in place) replace one.
+addressed by paths: ``leaves`` lists them, ``get_leaf`` and ``with_leaf`` read and replace one.
 Every Python run is traced (``sys.settrace``): the lines it executes and the largest float its
 frames hold. ``finite_differences`` gives None for a non-finite or huge value, and marks a
 coordinate unstable where differences with steps h and 2h and the one-sided ones disagree or
@@ -67,31 +66,20 @@ class _Bad:
         self.why = why
 
 
-def with_leaf(value, path, x):
+def with_leaf(value, path, x, in_place=False):
+    """``value`` with the leaf at ``path`` set to ``x``: arrays copied (C order), or with
+    ``in_place`` written where they are, keeping their layout (a gradient compiled for a
+    transposed or strided argument then runs on the result: a C copy is a new Numba type, and
+    its new gradient specialization cost 1-2 s of a program's check)."""
     if not path:
         return float(x)
     kind, k = path[0]
     if kind == "e":
-        a = np.array(value, dtype=np.float64, copy=True, order="C")
-        a.reshape(-1)[k] = x
+        a = value if in_place else np.array(value, dtype=np.float64, copy=True, order="C")
+        a[np.unravel_index(k, a.shape)] = x
         return a
     items = list(value)
-    items[k] = with_leaf(items[k], path[1:], x)
-    return type(value)(*items) if _is_struct(value) else tuple(items)
-
-
-def set_leaf(value, path, x):
-    """``with_leaf``, but an array is written in place: it keeps its layout, so a compiled
-    gradient called on the result runs the specialization already compiled for ``value``
-    (a C-ordered copy of a transposed or strided argument is a new Numba type, and compiling a
-    new gradient specialization for it cost 1-2 s of a program's check)."""
-    if path and path[0][0] == "e":
-        value[np.unravel_index(path[0][1], value.shape)] = x
-        return value
-    if not path:
-        return float(x)
-    items = list(value)
-    items[path[0][1]] = set_leaf(items[path[0][1]], path[1:], x)
+    items[k] = with_leaf(items[k], path[1:], x, in_place)
     return type(value)(*items) if _is_struct(value) else tuple(items)
 
 
