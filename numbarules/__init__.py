@@ -49,6 +49,10 @@ def __getattr__(name):
                 "nr.cuda needs numba-cuda, NVIDIA's CUDA target for Numba: pip install "
                 "'numbarules[cuda]' (Numba's built-in numba.cuda is not supported)")
         return importlib.import_module(".cuda", __name__)
+    if name == "dask":
+        # gradients mapped over a Dask cluster; Dask itself is imported when a map runs
+        import importlib
+        return importlib.import_module(".dask", __name__)
     raise AttributeError(f"module 'numbarules' has no attribute {name!r}")
 
 

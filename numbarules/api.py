@@ -50,6 +50,11 @@ class Gradient:
     def __repr__(self):
         return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"
 
+    def __reduce__(self):
+        # the function and argnums; the receiving process compiles or loads its own kernels
+        from . import pickling
+        return pickling.reduce_gradient(self)
+
     def _nr_fingerprint(self):
         return ("gradient", self.f, self.argnums, self.with_value, self.boundscheck)
 

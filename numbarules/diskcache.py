@@ -133,6 +133,12 @@ def fingerprint(value):
     return h.hexdigest()
 
 
+def main_alias(module):
+    """``__main__`` for ``__mp_main__``: a process that multiprocessing spawns runs the main
+    script again under that name, and its functions are the script's."""
+    return "__main__" if module == "__mp_main__" else module
+
+
 def _add(h, *parts):
     for p in parts:
         h.update(repr(p).encode())
@@ -211,9 +217,10 @@ def _value(h, v, seen):
     elif kind == "module":
         _add(h, "module", v.__name__)
     elif kind == "struct":
-        _add(h, "struct", v.__module__, v.__qualname__, repr(v._nr_fields), repr(v.__mro__[1:]))
+        _add(h, "struct", main_alias(v.__module__), v.__qualname__, repr(v._nr_fields),
+             repr(v.__mro__[1:]).replace("__mp_main__", "__main__"))
     elif kind == "class":
-        _add(h, "class", v.__module__, v.__qualname__)
+        _add(h, "class", main_alias(v.__module__), v.__qualname__)
     elif kind == "nr":
         _add(h, "nr", type(v).__name__)
         _value(h, v._nr_fingerprint(), seen)
@@ -282,7 +289,7 @@ def _function(h, func, seen):
     # Generated kernels are named with counters that depend on the order of compiles in a
     # process: their names are left out, the values those names hold are what counts.
     generated = module == _GENERATED
-    _add(h, "function", module, None if generated else func.__qualname__)
+    _add(h, "function", main_alias(module), None if generated else func.__qualname__)
     code = func.__code__
     use = _usage(code)
     _code(h, code, use.global_only if generated else frozenset())
@@ -484,8 +491,30 @@ def ref(obj):
     return (module, qualname) if found is obj else None
 
 
+#: Functions and generic functions that arrived by value from another process (pickling.py): a
+#: notebook's ``__main__.f`` is not ``__main__.f`` of a Dask worker, yet the decisions stored
+#: with a kernel name it so. Looked up before the modules.
+_ARRIVED = weakref.WeakValueDictionary()
+
+
+def name_arrival(obj):
+    """Let ``resolve_ref`` find ``obj`` (which came by value) under its module and qualname. A
+    plain function does not displace a generic or ``nr.jit`` function of the same name (a
+    method's function is named like its generic function)."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not (module and qualname):
+        return
+    held = _ARRIVED.get((module, qualname))
+    if held is None or isinstance(held, pytypes.FunctionType) \
+            or not isinstance(obj, pytypes.FunctionType):
+        _ARRIVED[(module, qualname)] = obj
+
+
 def resolve_ref(reference):
     module, qualname = reference
+    arrived = _ARRIVED.get((module, qualname))
+    if arrived is not None:
+        return arrived
     try:
         value = sys.modules.get(module) or importlib.import_module(module)
         for part in qualname.split("."):

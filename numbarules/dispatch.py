@@ -83,17 +83,38 @@ class GenericFunction:
         return object.__new__(own)
 
     def __init__(self, func):
-        self.__name__ = func.__name__
-        self.__qualname__ = func.__qualname__
-        self.__module__ = func.__module__
-        self.__doc__ = func.__doc__
+        self._named(func.__name__, func.__qualname__, func.__module__, func.__doc__)
         self.__wrapped__ = func
+        self._add(func, None)
+
+    def _named(self, name, qualname, module, doc):
+        self.__name__ = name
+        self.__qualname__ = qualname
+        self.__module__ = module
+        self.__doc__ = doc
         self.id = next(self._ids)
         self.world = 0
         # The table and its resolution cache are swapped together, so a resolution racing a
         # method definition can never cache an old answer in the new table.
         self._table = ((), {})
-        self._add(func, None)
+
+    @classmethod
+    def blank(cls, name, qualname, module, doc=None):
+        """A generic function with no methods yet (a pickled one arriving: see pickling)."""
+        f = cls.__new__(cls)
+        f._named(name, qualname, module, doc)
+        return f
+
+    def __reduce__(self):
+        # its name, methods and rules; never compiled code (pickling.py)
+        from . import pickling
+        return pickling.reduce_generic(self)
+
+    def __setstate__(self, state):
+        from . import pickling
+        pickling.apply_generic_state(self, state)
+        if "__wrapped__" not in self.__dict__ and self._table[0]:
+            self.__wrapped__ = self._table[0][0].func
 
     def __repr__(self):
         n = len(self._table[0])
@@ -111,7 +132,9 @@ class GenericFunction:
     def _nr_fingerprint(self):
         # Its name only: which method runs, and that method's body, are decisions the disk
         # cache records and checks separately.
-        return ("generic", self.__module__, self.__qualname__)
+        # (a process multiprocessing spawns runs the main script as __mp_main__: the same code)
+        module = "__main__" if self.__module__ == "__mp_main__" else self.__module__
+        return ("generic", module, self.__qualname__)
 
     # --- the method table ---------------------------------------------------------------------
 

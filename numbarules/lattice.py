@@ -289,3 +289,50 @@ def fmt_sig(sig):
 Array = _array_type(Any, None)
 Vector = _array_type(Any, 1)
 Matrix = _array_type(Any, 2)
+
+
+# --- pickling: parametric types by name -------------------------------------------------------
+
+def __getattr__(name):
+    """``Vector[Float64]`` and the like, looked up by name on this module.
+
+    A parametric array type is named by its ``repr`` (``__qualname__``) in this module, so pickle
+    (and cloudpickle, Dask) stores it by reference, as it does ``Float64``; this builds the same
+    interned type in the loading process (PEP 562). Without it cloudpickle would copy the class
+    by value, and the copy would be a new type, not ``Vector[Float64]``."""
+    parsed = _parse_type(name)
+    if parsed is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return parsed
+
+
+def _parse_type(text):
+    text = text.strip()
+    simple = globals().get(text)
+    if isinstance(simple, LatticeMeta):
+        return simple
+    if not text.endswith("]") or "[" not in text:
+        return None
+    head, inner = text[:-1].split("[", 1)
+    params, depth, cur = [], 0, ""
+    for ch in inner:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            params.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    params.append(cur)
+    rank = {"Vector": 1, "Matrix": 2}.get(head.strip())
+    if head.strip() not in ("Array", "Vector", "Matrix"):
+        return None
+    eltype = _parse_type(params[0])
+    if eltype is None:
+        return None
+    if rank is not None:
+        return _array_type(eltype, rank) if len(params) == 1 else None
+    if len(params) == 1:
+        return _array_type(eltype, None)
+    if len(params) == 2 and params[1].strip().isdigit():
+        return _array_type(eltype, int(params[1]))
+    return None

@@ -6,7 +6,7 @@ compiled in (plain helpers swapped for compiled ones, NumPy as numbarules compil
 import dis
 import inspect
 
-from . import numba_glue, registry
+from . import numba_glue, pickling, registry
 from .cache import compiled_of, counted, owned
 from .errors import CompilationError, DispatchError
 from .lattice import fmt_sig, from_numba, source_location
@@ -110,6 +110,10 @@ def _jit(func, options, key, internal):
         numba_glue.pending_errors().clear()
 
     disp.before_compile = before
+    if not internal:
+        # pickled as the user's function and options (pickling.py): Numba's own reduction
+        # would carry the prepared copy, whose globals hold our stand-ins for NumPy
+        disp.reduce = lambda: pickling.reduce_jit(disp, func, options)
     disp.on_error = lambda d, args, exc: boundary_error(
         exc, func, numba_glue.typeof_args(d, args))
     return disp

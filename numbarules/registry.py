@@ -23,6 +23,15 @@ _LIBRARIES = ("numpy", "scipy", "numba", "llvmlite", "math", "builtins")
 _OWNERS = weakref.WeakSet()     # objects holding tables, for clear()
 
 
+class Local(dict):
+    """A table of compiled code held by an object: it belongs to this process. Pickled (a
+    function sent by value to a Dask worker with cloudpickle takes its ``__dict__`` along) it
+    arrives empty, and the other process compiles or loads its own code."""
+
+    def __reduce__(self):
+        return (Local, ())
+
+
 def _holds_own(owner):
     """Whether ``owner`` keeps its tables itself: not library objects (np.sum is NumPy's, and
     importing numbarules changes nothing of NumPy's) nor objects without a __dict__."""
@@ -36,7 +45,7 @@ def table(owner, name):
     if d is not None:
         found = d.get(name)
         if found is None:
-            found = {}
+            found = Local()
             try:
                 d[name] = found
             except TypeError:           # a mappingproxy (a class): set it as an attribute

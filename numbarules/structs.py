@@ -108,12 +108,22 @@ class _TangentMeta(LatticeMeta):
             from .tangent_arith import ARITHMETIC      # +, -, * by a float, unary -
             t = _make_record(f"Tangent[{s._nr_display_name}]", s.__module__,
                              f"Tangent[{s.__qualname__}]", list(s._nr_fields), (Tangent,),
-                             dict(ARITHMETIC), [None] * len(s._nr_fields),
+                             dict(ARITHMETIC, __reduce__=_reduce_tangent), [None] * len(s._nr_fields),
                              ident=f"Tangent_{s.__name__}")
             t.primal = s
             t._nr_fields = dict.fromkeys(s._nr_fields)
             _TANGENTS[s] = t
         return t
+
+
+def _reduce_tangent(t):
+    # as Tangent[S] of its struct, which pickle names (or cloudpickle tracks): a copy of the
+    # record class itself would be a new class in the receiving process, not Tangent[S] there
+    return (_tangent_of, (type(t).primal, tuple(t)))
+
+
+def _tangent_of(s, values):
+    return Tangent[s](*values)
 
 
 class Tangent(Any, metaclass=_TangentMeta):

@@ -1,3 +1,5 @@
+import ast
+import os
 import subprocess
 import sys
 
@@ -52,6 +54,16 @@ def test_train_logistic_example_runs_compiled_training():
                           text=True, check=True)
     accuracy = float(proc.stdout.split("training accuracy")[1].split()[0].rstrip(","))
     assert accuracy > 0.85
+
+
+def test_dask_sweep_example_runs_on_a_local_cluster(tmp_path):
+    env = dict(os.environ, NUMBARULES_CACHE="1", NUMBARULES_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "examples/dask_sweep.py", "--quick"],
+                          capture_output=True, text=True, check=True, env=env, timeout=300)
+    assert "16 gradients in" in proc.stdout and "100% Completed" in proc.stdout
+    # the workers loaded the client's kernels from the shared cache
+    counts = proc.stdout.split("(port: count): ")[1].strip()
+    assert set(ast.literal_eval(counts).values()) == {0}, proc.stdout
 
 
 def test_explain_from_the_command_line(capsys):
@@ -128,7 +140,8 @@ def test_compile_stats_account_for_the_compile(tmp_path):
 
 
 EXAMPLES_TESTED = {"method_rules.py": test_method_rules_example_runs,
-                   "train_logistic.py": test_train_logistic_example_runs_compiled_training}
+                   "train_logistic.py": test_train_logistic_example_runs_compiled_training,
+                   "dask_sweep.py": test_dask_sweep_example_runs_on_a_local_cluster}
 
 
 def test_every_example_has_a_test_that_checks_its_output():

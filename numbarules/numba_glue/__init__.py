@@ -163,6 +163,12 @@ class Dispatcher(CPUDispatcher):
 
     before_compile = None
     on_error = None
+    reduce = None       # () -> what pickle stores instead of Numba's state (an nr.jit function)
+
+    def __reduce__(self):
+        if self.reduce is not None:
+            return self.reduce()
+        return super().__reduce__()
 
     def compile(self, sig):
         # every compile (a call from Python, a call typed in other compiled code) starts here

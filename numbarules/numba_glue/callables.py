@@ -16,6 +16,7 @@ from numba.core.typing.templates import infer_global
 from numba.core.typing.typeof import typeof_impl
 from numba.core.typing.templates import AbstractTemplate
 
+from .. import registry
 from . import NumbaError, TypingError, _local, forget_failures, unliteral
 
 # --- 1. the Numba type of a generic function -------------------------------------------------
@@ -242,9 +243,10 @@ _tokens = itertools.count(1)
 def type_token(owner):
     """A number naming ``owner`` in Numba type keys, never reused (an id() may be, once the
     owner is gone, and Numba would then hand out the old type)."""
-    token = owner.__dict__.get("_nr_type_token")
+    held = registry.table(owner, "_nr_type_token")   # a Local: not carried to other processes,
+    token = held.get("token")                        # where the counter hands out other numbers
     if token is None:
-        token = owner.__dict__["_nr_type_token"] = next(_tokens)
+        token = held["token"] = next(_tokens)
     return token
 
 
