@@ -203,9 +203,11 @@ class Gradient:
         # (labelled and counted for the object whose call compiles it: grad's first call
         # compiles the kernel value_and_grad shares)
         requester = requester or self
+        options = {"boundscheck": True} if self.boundscheck else {}
+        if whole and k.parallel:
+            options["parallel"] = True      # a prange loop's chunks (ad/parallel.py)
         disp = cache.owned(ns[self.__name__], requester.__qualname__, owner=requester,
-                           depends=(node,),
-                           options={"boundscheck": True} if self.boundscheck else None,
+                           depends=(node,), options=options or None,
                            persist=persist, python=entry)
         self._drivers[(argtypes, entry)] = (disp, node)
         if entry:

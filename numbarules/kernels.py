@@ -172,7 +172,8 @@ def _build(spec, argtypes, mask):
         "vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
     # The forward keeps the primal's error semantics (ZeroDivisionError where it would raise);
     # the pullback divides by values the forward already divided by, so it skips the checks.
-    options = {"fwd": {}, "bwd": {"error_model": "numpy"}, "vjp": {}}
+    options = {"fwd": {}, "bwd": {"error_model": "numpy"},
+               "vjp": {"parallel": True} if k.parallel else {}}
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})",

@@ -76,6 +76,8 @@ class Kernels:
     changes_residuals: bool = False  # the pullback restores saved arrays or pops saved lists
                                # (or calls a callee's pullback on kept residuals): it can run
                                # once on its residuals (api.pullback runs the forward again)
+    parallel: bool = False     # the vjp runs a prange loop in parallel chunks (ad/parallel.py):
+                               # compile it (and a driver built from whole_body) parallel=True
 
 
 def generate(fn, types, plan, name, mask):
@@ -119,6 +121,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         self.rule_lists = {}        # the residual lists the forward filled -> residual type
         self.checkpointed = set()   # calls whose reverse runs before their forward (fused post)
         self.changes_residuals = False  # see Kernels.changes_residuals
+        self.parallel = False       # see Kernels.parallel
         # Device code (numbarules.cuda): the tape capacity, a compile-time constant; None on
         # the CPU. See device_vjp.
         self.device = None
@@ -604,7 +607,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes), whole,
                        self.simplified_whole_body(), self.whole_tangents, self.whole_value,
-                       changes)
+                       changes, fused is not None and self.parallel)
 
     def simplified(self, source):
         """``source`` without dead declarations and stores (ad/simplify.py)."""

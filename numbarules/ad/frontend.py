@@ -317,8 +317,9 @@ class _Normalizer(Expressions):
         try:
             if not (has_break or has_return):
                 body = self.loop_prologue(loop, line) + list(self.sub_block(s.body))
+                parallel = snapshots is None and self.resolve_dotted(it, loop_fn) is numba.prange
                 self.out.append(ir.For(s.target.id, start, stop, step, tuple(body), line, ident,
-                                       snapshots))
+                                       snapshots, parallel))
                 return
             # A loop that can stop early: count with an explicit variable so the reverse pass can
             # replay exactly the iterations that ran.

@@ -6,7 +6,7 @@ no tape, or a tape of one iteration ("tape mode"). The code of that schedule.
 
 import re
 
-from . import fusion, gather, ir
+from . import fusion, gather, ir, parallel
 from .dataflow import stmt_reads
 from .emit import _Out
 
@@ -34,12 +34,12 @@ class FusedVjp:
         kept, self.kept = self.kept, {k: v for k, v in self.kept.items() if k not in post_calls}
         self.checkpointed = post_calls
         try:
-            return self._fused_vjp(pre, loop, post, ret, tape)
+            return self._fused_vjp(pre, loop, post, ret, tape, plan.hoisted)
         finally:
             self.kept = kept
             self.checkpointed = set()
 
-    def _fused_vjp(self, pre, loop, post, ret, tape):
+    def _fused_vjp(self, pre, loop, post, ret, tape, hoisted=()):
         self.rule_lists = {}
         fn = self.fn
         out = _Out()
@@ -53,6 +53,9 @@ class FusedVjp:
                 out.add(line)
         start = len(out.lines)
         self.block_fwd(pre, out, reserved=False)
+        # post's values of constants and pre's values (fusion._hoistable), which post's reverse
+        # reads before the loop
+        self.block_fwd(hoisted, out, reserved=False)
         tape_at = start
         reads = set()
         for h in self.adjoint_header(reads):
@@ -63,6 +66,7 @@ class FusedVjp:
         if tape:
             # The tape is empty at each iteration's start and end: it holds one iteration.
             out.comment(fn, loop.line)
+            start = len(out.lines)
             out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
             out.indent += 1
             # (What the reverse would recompute per iteration still holds its forward value.)
@@ -70,6 +74,8 @@ class FusedVjp:
             self.bind_views(loop, out)
             self.block_rev(loop.body, out)
             out.indent -= 1
+            if loop.parallel and self.device is None:
+                self.parallelize(loop, out, start)
         else:
             self.fusing = True
             self.top_fused_loop = loop
@@ -78,7 +84,8 @@ class FusedVjp:
             finally:
                 self.fusing = False
                 self.top_fused_loop = None
-        self.block_fwd(post[:-1], out, reserved=False)
+        self.block_fwd([x for x in post[:-1] if not any(x is h for h in hoisted)], out,
+                       reserved=False)
         self.block_rev(pre, out)
         tangents = self.tangents(reads)
         out.lines[tape_at:tape_at] = ["    " + t for t in self.tape_inits()]
@@ -93,9 +100,29 @@ class FusedVjp:
                 + "\n".join(out.lines) + "\n")
 
     def fused_loop(self, loop, out):
+        if loop is self.top_fused_loop and loop.parallel and self.device is None:
+            out.comment(self.fn, loop.line)
+            start = len(out.lines)
+            self.serial_fused_loop(loop, out)
+            self.parallelize(loop, out, start)
+            return
         if self.gathered_loop(loop, out):
             return
         out.comment(self.fn, loop.line)
+        self.serial_fused_loop(loop, out)
+
+    def parallelize(self, loop, out, start):
+        """The prange loop emitted from ``out.lines[start]`` in parallel chunks where
+        ad/parallel.py's rule allows, else left serial with a comment saying so."""
+        chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent)
+        if chunked is not None:
+            out.lines[start:] = chunked
+            self.parallel = True
+        else:
+            out.lines.insert(start, "    " * out.indent + "# prange: serial here (the "
+                             "iterations carry state the parallel schedule does not split)")
+
+    def serial_fused_loop(self, loop, out):
         out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
         out.indent += 1
         n = len(out.lines)

@@ -43,6 +43,7 @@ class Fusion:
     post: Tuple
     result: Any        # the returned atom
     tape: bool
+    hoisted: Tuple = ()    # post's statements of constants and pre's values, run before the loop
 
 
 def exposed(stmts, v, defined=False):
@@ -134,12 +135,14 @@ def fusion(fn, plan, types=None):
         elif v in after or exposed(loop.body, v)[0]:
             return None
     assigned = set(sites) | loop_vars
-    assigned_post = {s.target for s in post if isinstance(s, ir.Assign)}
+    hoisted = _hoistable(fn, pre, post)
+    early = {s.target for s in hoisted}
+    assigned_post = {s.target for s in post if isinstance(s, ir.Assign)} - early
     for s in post:
         if isinstance(s, ir.Assign) and s.target in plan.active:
             if set(adjoint_reads(s.expr, plan.active, lambda call: True, plan.quotients)) & (assigned | assigned_post):
                 return None
-        if isinstance(s, ir.Assign) and s.target in plan.needed:
+        if isinstance(s, ir.Assign) and s.target in plan.needed and s.target not in early:
             # The reverse reads what post computes, e.g. tanh's partial takes tanh's own result
             # or a quotient's its quotient: post's reverse would run before post computes it
             # (seed 20261322 #69: `_t15` read before it was assigned).
@@ -150,7 +153,29 @@ def fusion(fn, plan, types=None):
                                                 for x in ir.walk(s.body + s.orelse))
                    for s in inside)
             or not _nested_loops_local(loop.body, sites, accumulators))
-    return Fusion(tuple(pre), loop, tuple(post), ret, tape)
+    return Fusion(tuple(pre), loop, tuple(post), ret, tape, hoisted)
+
+
+def _hoistable(fn, pre, post):
+    """Statements of ``post`` that compute from constants and ``pre``'s values alone (``return
+    s * -0.5`` binds ``-0.5`` after the loop): the schedule runs them before the loop, so that the
+    reverse of ``post``, which runs before the loop, can read them. Each binds a name bound
+    nowhere else, with no call."""
+    counts = {}
+    for s in ir.walk(fn.body):
+        if isinstance(s, ir.Assign):
+            counts[s.target] = counts.get(s.target, 0) + 1
+    # values that hold from pre to the end: parameters never assigned, pre's names assigned once
+    known = {p for p in fn.params if p not in counts}
+    known |= {s.target for s in pre if isinstance(s, ir.Assign) and counts[s.target] == 1}
+    out = []
+    for s in post:
+        if isinstance(s, ir.Assign) and counts.get(s.target) == 1 \
+                and isinstance(s.expr, (ir.Atom, ir.BinOp, ir.UnaryOp)) \
+                and all(a.id in known for a in s.expr.atoms() if isinstance(a, ir.Name)):
+            out.append(s)
+            known.add(s.target)
+    return tuple(out)
 
 
 def _nested_loops_local(body, sites, accumulators):

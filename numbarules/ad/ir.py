@@ -176,6 +176,7 @@ class For:
     line: int = 0
     id: int = 0
     snapshots: Any = None   # nr.checkpointed(range(...), snapshots=k): the atom k (revolve.py)
+    parallel: bool = False  # for ... in numba.prange(...): iterations independent (Numba's rule)
 
 
 @dataclass(frozen=True)

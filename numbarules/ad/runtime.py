@@ -100,7 +100,9 @@ def _rule_shape(tangent, arg, message):
 
 HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv_start, "_rv_next": _rv_next, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_rule_shape": _rule_shape,
            "_trip": _trip, "_apart": _apart, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
-           "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_np": np}
+           "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_np": np,
+           # a prange loop's parallel schedule (ad/parallel.py)
+           "_prange": numba.prange, "_num_threads": numba.get_num_threads}
 
 
 def _ub(x, like):

@@ -43,6 +43,7 @@ from .expressions import Expressions
 from .program import Arg, Program
 from .refusals import Refusals
 from .statements import Statements
+from .prange import PrangeLoops
 from .stencils import Stencils
 from .timeloops import TimeLoops
 from .world import World
@@ -85,6 +86,9 @@ FEATURES = {
     "stencils": "element loops reading neighbours (x[i - 1], x[i + 1], 1-D and 2-D nests, some "
                 "in a time loop with a buffer swap, some wrapping at i = 0): the reverse the "
                 "engine writes as a gather",
+    "prange": "a numba.prange reduction loop (neighbours, a gather, an inner loop over the "
+              "others, accumulators added and subtracted) as the whole program: the gradient's "
+              "parallel schedule (ad/parallel.py)",
     "world": "a generic function of the program's own whose methods or rules change after the "
              "first gradients (a more specific method, a replaced method, an int result that "
              "becomes a float, a rule, a method that starts writing into its argument); the "
@@ -99,6 +103,10 @@ WORLD_CHANCE = 0.15
 #: How often a program gets the ``stencils`` group: from a stream of its own, its statement last
 #: but the world group's, like the world group (the rest of each program is unchanged).
 STENCILS_CHANCE = 0.3
+
+#: How often a program is a prange program (``fuzz/prange.py``): drawn from a stream of its own,
+#: so the other programs of a seed are unchanged.
+PRANGE_CHANCE = 0.1
 
 #: How often the entry function's trailing parameters get defaults (``draw_defaults``): from a
 #: random stream of their own, like the world group's, so the rest of each program is unchanged.
@@ -137,7 +145,7 @@ import numbarules as nr
 
 
 class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Stencils, Refusals,
-                World):
+                World, PrangeLoops):
     MAX_STATEMENTS = 25
 
     def __init__(self, seed, index, features=None):
@@ -152,7 +160,8 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Stencil
         self.world_r = random.Random(f"numbarules-fuzz-world:{seed}:{index}")
         self.defaults_r = random.Random(f"numbarules-fuzz-defaults:{seed}:{index}")
         self.stencils_r = random.Random(f"numbarules-fuzz-stencils:{seed}:{index}")
-        main = tuple(f for f in enabled if f not in ("world", "stencils"))
+        self.prange_r = random.Random(f"numbarules-fuzz-prange:{seed}:{index}")
+        main = tuple(f for f in enabled if f not in ("world", "stencils", "prange"))
         if len(main) <= 2:
             chosen = list(main)
         else:
@@ -165,6 +174,8 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Stencil
             chosen.append("stencils")
         if "world" in enabled and (features or self.world_r.random() < WORLD_CHANCE):
             chosen.append("world")
+        if "prange" in enabled and (not main or self.prange_r.random() < PRANGE_CHANCE):
+            chosen = ["prange"]          # a program of its own shape (fuzz/prange.py)
         self.features = tuple(chosen)
         self.used = set()
         self.may_refuse = set()
@@ -261,6 +272,8 @@ class Generator(Base, Expressions, Calls, Statements, Arrays, TimeLoops, Stencil
                 break
 
     def program(self):
+        if self.features == ("prange",):
+            return self.prange_program()
         self.protected = set()
         self.make_args()
         self.draw_defaults()

@@ -1,0 +1,277 @@
+"""The parallel schedule of a ``numba.prange`` loop: the fused one-pass vjp, split into one chunk
+of iterations per thread.
+
+**The rule.** A ``prange`` loop runs in parallel in the gradient when it is the loop of the fused
+schedule without a tape (``ad/fusion.py``: its iterations are independent apart from
+accumulators ``s += u``, it writes no array, and each iteration's reverse follows its forward
+with nothing saved), on the CPU. Then the only state one iteration hands to the next, in the
+fused loop's text, is
+
+- the accumulators (``s``) and the adjoints of values from before the loop that iterations add
+  into (``d_a += ...`` for a scalar, ``d_x[j] += ...`` for an array): each chunk sums into its
+  own zeroed copy, and the copies are added after the loop (in chunk order);
+- the adjoint of an accumulator (``d_s``), the same in every iteration (fusion.py): each chunk
+  reads its own copy of it;
+- the adjoints of the loop's own variables, zero between iterations: each chunk starts them at
+  zero.
+
+Anything else the loop's text reads before it writes, or writes into, keeps the loop serial (the
+fused loop as it was); so does a loop the fused schedule does not take. ``nr.code(...,
+kind="vjp")`` shows which: a parallel loop is ``for _c in _prange(_nt)`` over chunks.
+
+The chunks are explicit (``prange`` over the thread count, a serial loop inside each) rather
+than a ``prange`` over the iterations with Numba's reduction inference: the reverse's text
+reads and rewrites adjoints in ways Numba's parfor analysis would take for reductions, and a
+chunk per thread makes every shared write a write into the chunk's own slot. Addition in
+another order than the serial loop's changes the last bits of a sum, as ``prange`` does in the
+primal. A kernel compiled without ``parallel=True`` runs ``prange`` as ``range``: the same result.
+"""
+
+import ast
+import re
+import textwrap
+
+from numba.core import types as nbt
+
+from . import fusion, ir
+from .tape import _TAPE_DTYPES
+
+
+def rewrite(gen, loop, lines, indent):
+    """The parallel form of the fused loop ``lines`` (its ``for`` line first, at ``indent``
+    levels), or None where the rule above does not hold."""
+    at = next((k for k, ln in enumerate(lines) if not ln.strip().startswith("#")), None)
+    if at is None or not lines[at].lstrip().startswith("for "):
+        return None
+    comments, body_lines = lines[:at], lines[at + 1:]
+    code = [ln for ln in body_lines if not ln.strip().startswith("#")]
+    try:
+        tree = ast.parse(textwrap.dedent("\n".join(code)))
+    except SyntaxError:
+        return None
+    exposed, stored, subscripted = _exposed_names(tree.body)
+    types, names, d = gen.types, gen.names, gen.names.d
+    assigned = {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}
+    carried = {v for v in assigned if fusion.exposed(loop.body, v)[0]}
+    local_adjoints = {d(v): v for v in assigned - carried if v in names.adj}
+    carried_adjoints = {d(v): v for v in carried if v in names.adj}
+    outer_adjoints = {d(v): v for v in names.adj if v not in assigned}
+
+    sums, copies, zeros, arrays = {}, {}, {}, {}
+    if "_push_view" in "\n".join(code) or getattr(gen, "rule_lists", None):
+        return None                  # whole-array saves, residual lists: not split here
+    tapes = {}                       # a tape of one iteration (fusion's tape mode): one per chunk
+    for key in getattr(gen, "tapes", ()):
+        tapes[f"_tape_{key}"] = f"_tape(16, _np.{_TAPE_DTYPES[key]})"
+        tapes[f"_k_{key}"] = "0"
+    # values the iteration saves before overwriting and restores before it ends (tape mode):
+    # each chunk starts them from a typed zero, as the function does
+    restored = {x.target for x in ir.walk(loop.body)
+                if isinstance(x, ir.Assign) and id(x) in gen.plan.pushes}
+    for name in sorted(stored & exposed):
+        if name in tapes:
+            continue
+        if name in restored and gen.zero(types.get(name)):
+            zeros[name] = types[name]
+            continue
+        if name in carried and _float(types.get(name)):
+            sums[name] = types[name]
+        elif name in outer_adjoints and _float(types.get(outer_adjoints[name])):
+            sums[name] = types[outer_adjoints[name]]
+        elif name in carried_adjoints:
+            copies[name] = name
+        elif name in local_adjoints and _float(types.get(local_adjoints[name])):
+            zeros[name] = types[local_adjoints[name]]
+        else:
+            return None              # state carried from one iteration to the next: serial
+    for name in sorted(subscripted):
+        if name in stored:
+            continue                 # an array the iteration binds itself (assigned first)
+        v = outer_adjoints.get(name)
+        t = types.get(v) if v is not None else None
+        if not (isinstance(t, nbt.Array) and isinstance(t.dtype, nbt.Float)):
+            return None              # a write into an array iterations share
+        arrays[name] = t
+    if not (sums or arrays):
+        return None                  # nothing to split (and no accumulator to speak of)
+    span = _stencil_span(gen, loop, tree.body, arrays)
+    k = loop.id
+    tapes = {name: init for name, init in tapes.items() if name in stored}
+    own = {name: f"{name}_c{k}" for name in list(sums) + list(copies) + list(tapes)}
+    if span is None:
+        own.update({name: f"{name}_c{k}" for name in arrays})   # private copies
+    return comments + _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own,
+                               span, tapes)
+
+
+def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, span, tapes):
+    k = loop.id
+    nt, nch, c, lo, hi, j, w = (f"_nt{k}", f"_nch{k}", f"_c{k}", f"_lo{k}", f"_hi{k}", f"_k{k}",
+                                f"_w{k}")
+    n = f"_n{k}"
+    pad = "    " * indent
+    waves = span is not None
+    head = [f"{pad}{nt} = _num_threads()",
+            f"{pad}{n} = _trip({loop.start.src()}, {loop.stop.src()}, {loop.step.src()})"]
+    if waves:
+        # The iterations write their adjoints at i + a .. i + b only (b - a = span): chunks
+        # two apart write apart once a chunk is longer than the span, so the even chunks run
+        # together, then the odd ones, each into the shared adjoints.
+        head = [f"{pad}# prange: 2 x threads chunks of iterations, the even ones in parallel, "
+                f"then the odd ones (adjoints written within {span} of the iteration: chunks "
+                f"two apart write apart); accumulators per chunk (ad/parallel.py)"] + head
+        head.append(f"{pad}{nch} = 2 * {nt} if {n} >= 2 * {nt} * {span + 1} else 1")
+    else:
+        head = [f"{pad}# prange: one chunk of iterations per thread, each with its own "
+                f"accumulators and adjoint arrays (ad/parallel.py)"] + head
+        head.append(f"{pad}{nch} = {nt}")
+    for name, t in sums.items():
+        head.append(f"{pad}_ps_{own[name]} = _np.zeros({nch}, _np.{t})")
+    if not waves:
+        for name, t in arrays.items():
+            head.append(f"{pad}_pa_{own[name]} = _np.zeros(({nch},) + {name}.shape, "
+                        f"_np.{t.dtype})")
+    if waves:
+        head.append(f"{pad}for {w} in range(2):")
+        pad2 = pad + "    "
+        head.append(f"{pad2}for {c}_ in _prange(({nch} + 1 - {w}) // 2):")
+        inner = pad2 + "    "
+        head.append(f"{inner}{c} = 2 * {c}_ + {w}")
+    else:
+        head.append(f"{pad}for {c} in _prange({nch}):")
+        inner = pad + "    "
+    head += [f"{inner}{lo} = ({n} * {c}) // {nch}", f"{inner}{hi} = ({n} * ({c} + 1)) // {nch}"]
+    for name, t in sums.items():
+        head.append(f"{inner}{own[name]} = {gen.zero(t)}")
+    for name in copies:
+        head.append(f"{inner}{own[name]} = {name}")
+    for name, t in zeros.items():
+        head.append(f"{inner}{name} = {gen.zero(t)}")
+    for name, init in tapes.items():
+        head.append(f"{inner}{own[name]} = {init}")
+    if not waves:
+        for name in arrays:
+            head.append(f"{inner}{own[name]} = _pa_{own[name]}[{c}]")
+    head.append(f"{inner}for {j} in range({lo}, {hi}):")
+    head.append(f"{inner}    {loop.var} = {ir.affine_src(loop.start, j, loop.step)}")
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(own, key=len,
+                                                                          reverse=True)))
+                         + r")(?!\w)")
+    extra = "    " * (len(inner) // 4 + 1 - (indent + 1))
+    for line in body_lines:
+        if not line.strip().startswith("#"):
+            line = pattern.sub(lambda m: own[m.group(1)], line)
+        head.append(extra + line)
+    for name in sums:
+        head.append(f"{inner}_ps_{own[name]}[{c}] = {own[name]}")
+    # the chunks' sums, in chunk order
+    for name in sums:
+        head.append(f"{pad}for {c} in range({nch}):")
+        head.append(f"{pad}    {name} = {name} + _ps_{own[name]}[{c}]")
+    if not waves:
+        for name in arrays:
+            head.append(f"{pad}for {c} in range({nch}):")
+            head.append(f"{pad}    {name} += _pa_{own[name]}[{c}]")
+    return head
+
+
+def _stencil_span(gen, loop, stmts, arrays):
+    """``b - a`` when every write into the shared adjoint ``arrays`` in the loop's text is at a
+    first index ``i + o`` with ``a <= o <= b`` (``i`` the loop variable, step 1), else None."""
+    if not arrays or loop.step != ir.Const(1):
+        return None if arrays else 0
+    offsets = {loop.var: 0}
+    for x in loop.body:
+        if isinstance(x, ir.Assign) and len(gen.sites.get(x.target, ())) == 1 \
+                and isinstance(x.expr, ir.BinOp) and x.expr.op in ("+", "-"):
+            a, b = x.expr.a, x.expr.b
+            if isinstance(a, ir.Name) and a.id == loop.var and isinstance(b, ir.Const) \
+                    and type(b.value) is int:
+                offsets[x.target] = b.value if x.expr.op == "+" else -b.value
+            elif x.expr.op == "+" and isinstance(b, ir.Name) and b.id == loop.var \
+                    and isinstance(a, ir.Const) and type(a.value) is int:
+                offsets[x.target] = a.value
+    if loop.var in {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}:
+        return None
+    found = []
+    for node in ast.walk(ast.Module(body=list(stmts), type_ignores=[])):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
+                    and t.value.id in arrays:
+                first = t.slice.elts[0] if isinstance(t.slice, ast.Tuple) else t.slice
+                if not (isinstance(first, ast.Name) and first.id in offsets):
+                    return None
+                found.append(offsets[first.id])
+    return max(found) - min(found) if found else 0
+
+
+def _float(t):
+    return isinstance(t, nbt.Float)
+
+
+def _dtype(t):
+    return str(t)
+
+
+def _exposed_names(stmts):
+    """(names the statements read before they surely bind them, names they bind, names they
+    write into by subscript ``a[i] = ...`` / ``a[i] += ...``), over the loop body's text. Reads
+    inside a nested loop or a branch count at once; binds there do not count as sure."""
+    exposed, stored, subscripted = set(), set(), set()
+
+    def reads(node, bound):
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
+                exposed.add(sub.id)
+
+    def block(body, bound):
+        for s in body:
+            if isinstance(s, ast.Assign):
+                reads(s.value, bound)
+                for t in s.targets:
+                    _target(t, bound, reads)
+            elif isinstance(s, ast.AugAssign):
+                reads(s.value, bound)
+                if isinstance(s.target, ast.Name):
+                    if s.target.id not in bound:
+                        exposed.add(s.target.id)
+                    stored.add(s.target.id)
+                else:
+                    _target(s.target, bound, reads)
+            elif isinstance(s, (ast.For, ast.While, ast.If)):
+                reads(s.iter if isinstance(s, ast.For) else s.test, bound)
+                inner = set(bound)
+                if isinstance(s, ast.For):
+                    _target(s.target, inner, reads)
+                block(s.body, inner)
+                block(s.orelse, set(bound))
+            elif isinstance(s, ast.Expr):
+                reads(s.value, bound)
+            elif isinstance(s, ast.Pass):
+                pass
+            else:
+                # anything else (a return, a raise): read everything, bind nothing
+                reads(s, bound)
+
+    def _target(t, bound, reads_of):
+        if isinstance(t, ast.Name):
+            stored.add(t.id)
+            bound.add(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                _target(e, bound, reads_of)
+        elif isinstance(t, ast.Subscript):
+            reads_of(t.slice, bound)
+            if isinstance(t.value, ast.Name):
+                subscripted.add(t.value.id)
+                if t.value.id not in bound:
+                    exposed.add(t.value.id)
+            else:
+                reads_of(t.value, bound)
+        else:
+            reads_of(t, bound)
+
+    block(stmts, set())
+    return exposed, stored, subscripted

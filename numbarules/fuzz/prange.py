@@ -1,0 +1,88 @@
+"""Programs with a ``numba.prange`` loop: a reduction over an array whose iterations read
+neighbours (``v0[i - 1]``, ``v0[i + 2]``), gather (``v1[(3 * i) % m]``) or run an inner loop over
+the other elements, with accumulators added and subtracted and values computed before the loop.
+Their gradient runs in parallel chunks where ad/parallel.py's rule holds (even and odd chunks for
+a stencil, a chunk per thread with its own adjoint arrays otherwise), serially where it does not.
+
+The group draws whole programs from a random stream of its own (``generator.PRANGE_CHANCE``): a
+prange program is that loop alone, the shape the parallel schedule takes, and every other
+program of a seed is what it was before the group existed. Arrays are long enough (12-40) for
+several chunks on two threads.
+"""
+
+from .program import Arg, Program
+
+
+class PrangeLoops:
+    def prange_program(self):
+        r = self.prange_r
+        n = r.randint(12, 40)
+        args = [Arg("x0", "f", diff=True), Arg("v0", "v", (n,), "C", diff=True)]
+        gather = r.random() < 0.35
+        if gather:
+            args.append(Arg("v1", "v", (r.randint(3, 9),), "C", diff=True))
+        if r.random() < 0.4:
+            args.append(Arg("x1", "f", diff=True))
+        r.shuffle(args)
+        names = {a.name for a in args}
+        lo, hi = r.randint(0, 2), r.randint(0, 2)
+        used = {"prange loop"}
+        lines = ["    s = 0.0"]
+        scalars = ["x0"] + (["x1"] if "x1" in names else [])
+        if r.random() < 0.6:
+            lines.append(f"    c = {self._prange_const(r)} * x0 * x0 + {self._prange_const(r)}")
+            scalars.append("c")
+            used.add("value before the loop")
+        sub = r.random() < 0.4
+        if sub:
+            lines.append("    u = 0.0")
+        stop = f"v0.shape[0] - {hi}" if hi else "v0.shape[0]"
+        start = f"{lo}, " if lo else ""
+        lines.append(f"    for i in numba.prange({start}{stop}):")
+        reads = [f"v0[i - {o}]" if o > 0 else f"v0[i + {-o}]" if o < 0 else "v0[i]"
+                 for o in range(-hi, lo + 1)]
+        used.add(f"neighbours {-lo}..{hi}")
+        if r.random() < 0.5:
+            lines.append(f"        t = {self._prange_term(r, reads, scalars)}")
+            reads.append("t")
+            used.add("iteration-local")
+        if gather:
+            reads.append("v1[(3 * i + 1) % v1.shape[0]]")
+            used.add("gather")
+        lines.append(f"        s += {self._prange_term(r, reads, scalars)} + {self._prange_term(r, reads, scalars)}")
+        if sub:
+            lines.append(f"        u -= {self._prange_term(r, reads, scalars)}")
+            used.add("subtracted accumulator")
+        if r.random() < 0.3:
+            lines.append("        for j in range(i + 1, v0.shape[0]):")
+            lines.append(f"            s += {self._prange_const(r)} * v0[i] * v0[j] + "
+                         f"{self._prange_const(r)} * math.sin(v0[j] - v0[i])")
+            used.add("inner loop over the others")
+        ret = f"    return s * {self._prange_const(r)}" + (f" + {self._prange_const(r)} * u" if sub else "")
+        lines.append(ret)
+        from .generator import _HEADER
+        params = ", ".join(a.name for a in args)
+        source = (f"# numbarules fuzz program: seed {self.seed}, index {self.index}\n"
+                  f"# features: prange\n" + _HEADER + "\n\n"
+                  f"def f({params}):\n" + "\n".join(lines) + "\n")
+        argnums = tuple(k for k, a in enumerate(args) if a.diff)
+        self.args = args
+        return Program(self.seed, self.index, ("prange",), tuple(sorted(used)), source,
+                       tuple(args), argnums, frozenset(), stream=self.stream)
+
+    @staticmethod
+    def _prange_const(r):
+        return repr(round(r.uniform(-1.5, 1.5), 3))
+
+    def _prange_term(self, r, reads, scalars):
+        a = r.choice(reads)
+        form = r.choice(["lin", "lin", "prod", "sin", "param", "exp"])
+        if form == "prod":
+            return f"{self._prange_const(r)} * {a} * {r.choice(reads)}"
+        if form == "sin":
+            return f"math.sin({a})"
+        if form == "exp":
+            return f"math.exp(0.3 * {a})"
+        if form == "param":
+            return f"{r.choice(scalars)} * {a}"
+        return f"{self._prange_const(r)} * {a}"

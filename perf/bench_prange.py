@@ -1,0 +1,140 @@
+"""Gradients of numba.prange loops on 1 and 2 threads, in one run (issue 18).
+
+Workloads (the loop workloads of perf/_workloads_ad.py written with prange, and a stencil with a
+transcendental, whose fused loop keeps a one-iteration tape):
+
+- W1 Rosenbrock, n = 10^6: neighbours i and i + 1 (the even/odd chunk schedule);
+- W2 pair energy, 1,000 particles: an inner loop over the others (a chunk per thread, each with
+  its own adjoint array);
+- W3 smoothness penalty with sin, n = 10^6: neighbours i - 1 .. i + 1 and a per-iteration tape.
+
+For each: the gradient (``nr.value_and_grad``) on 1 and on 2 threads (``numba.set_num_threads``),
+and the primal compiled by Numba with ``parallel=True`` on the same thread counts; the serial
+(``range``) gradient and primal beside them. Targets: the gradient on 2 threads >= 1.7x faster
+than on 1, and its ratio to the primal no worse than the serial one's.
+
+Times are the best of repeats taken in turn (this machine is shared). Run:
+python perf/bench_prange.py [--quick]
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+import numbarules as nr  # noqa: E402
+
+
+def rosenbrock_p(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0] - 1):
+        s += 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def rosenbrock_s(x):
+    s = 0.0
+    for i in range(x.shape[0] - 1):
+        s += 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def pair_p(pos):
+    e = 0.0
+    for i in numba.prange(pos.shape[0]):
+        for j in range(i + 1, pos.shape[0]):
+            dx = pos[i, 0] - pos[j, 0]
+            dy = pos[i, 1] - pos[j, 1]
+            dz = pos[i, 2] - pos[j, 2]
+            e += 1.0 / math.sqrt(dx * dx + dy * dy + dz * dz + 0.01)
+    return e
+
+
+def pair_s(pos):
+    e = 0.0
+    for i in range(pos.shape[0]):
+        for j in range(i + 1, pos.shape[0]):
+            dx = pos[i, 0] - pos[j, 0]
+            dy = pos[i, 1] - pos[j, 1]
+            dz = pos[i, 2] - pos[j, 2]
+            e += 1.0 / math.sqrt(dx * dx + dy * dy + dz * dz + 0.01)
+    return e
+
+
+def smooth_p(x):
+    s = 0.0
+    for i in numba.prange(1, x.shape[0] - 1):
+        d = x[i + 1] - 2.0 * x[i] + x[i - 1]
+        s += d * d + 0.1 * math.sin(x[i])
+    return s
+
+
+def smooth_s(x):
+    s = 0.0
+    for i in range(1, x.shape[0] - 1):
+        d = x[i + 1] - 2.0 * x[i] + x[i - 1]
+        s += d * d + 0.1 * math.sin(x[i])
+    return s
+
+
+def _best(fn, args, threads, repeats):
+    numba.set_num_threads(threads)
+    fn(*args)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main(quick=False):
+    rng = np.random.default_rng(0)
+    n1, n2 = (10_000, 200) if quick else (1_000_000, 1_000)
+    repeats = 3 if quick else 15
+    two = min(2, numba.config.NUMBA_NUM_THREADS)
+    cases = [("W1 Rosenbrock", rosenbrock_p, rosenbrock_s, (rng.uniform(-1.5, 1.5, n1),)),
+             ("W2 pair energy", pair_p, pair_s, (rng.normal(size=(n2, 3)),)),
+             ("W3 stencil + sin", smooth_p, smooth_s, (rng.normal(size=n1),))]
+    print(f"prange gradients, {numba.config.NUMBA_NUM_THREADS} threads available "
+          f"(threading layer after the first run below)")
+    print(f"{'workload':<18} {'grad 1t':>9} {'grad 2t':>9} {'speedup':>7} {'primal 2t':>9} "
+          f"{'ratio 2t':>8} {'serial grad':>11} {'serial primal':>13} {'ratio':>6}")
+    out = []
+    for name, fp, fs, args in cases:
+        gp, gs = nr.value_and_grad(fp), nr.value_and_grad(fs)
+        v1, g1 = gp(*args)
+        v2, g2 = gs(*args)
+        assert abs(v1 - v2) <= 1e-9 * abs(v2) and np.allclose(g1, g2, rtol=1e-9, atol=1e-9)
+        assert "_prange(" in nr.code(gp, *args, kind="vjp")
+        pj, sj = numba.njit(parallel=True)(fp), numba.njit(fs)
+        t = {k: [] for k in ("g1", "g2", "p2", "gs", "ps")}
+        for _ in range(3):      # in turn, so that a slow spell of the machine slows every column
+            t["g1"].append(_best(gp, args, 1, repeats))
+            t["g2"].append(_best(gp, args, two, repeats))
+            t["p2"].append(_best(pj, args, two, repeats))
+            t["gs"].append(_best(gs, args, 1, repeats))
+            t["ps"].append(_best(sj, args, 1, repeats))
+        b = {k: min(v) for k, v in t.items()}
+        speedup, ratio2, ratios = b["g1"] / b["g2"], b["g2"] / b["p2"], b["gs"] / b["ps"]
+        print(f"{name:<18} {b['g1'] * 1e3:>7.2f}ms {b['g2'] * 1e3:>7.2f}ms {speedup:>6.2f}x "
+              f"{b['p2'] * 1e3:>7.2f}ms {ratio2:>7.2f}x {b['gs'] * 1e3:>9.2f}ms "
+              f"{b['ps'] * 1e3:>11.2f}ms {ratios:>5.2f}x")
+        out.append({"name": name, "speedup": speedup, "ratio": ratio2, "serial_ratio": ratios})
+    print(f"threading layer: {numba.threading_layer()}; targets: speedup >= 1.7x on 2 threads, "
+          f"ratio 2t <= the serial ratio")
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    main(parser.parse_args().quick)

@@ -1,0 +1,208 @@
+"""numba.prange loops in differentiated code (issue 18, API.md 4c; ad/parallel.py).
+
+A prange loop whose iterations are independent apart from accumulators runs its gradient in
+chunks on several threads: even and odd chunks in turn when its adjoint writes stay within a few
+elements of the iteration (a stencil), one chunk per thread with its own adjoint arrays
+otherwise. Every gradient here is checked against central differences and against the same
+function written with range (the serial engine), at one thread and at two.
+"""
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import numbarules as nr
+from numbarules.testing import check_grad
+
+
+def rosenbrock(x, a):
+    s = 0.0
+    for i in numba.prange(x.shape[0] - 1):
+        s += a * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def rosenbrock_serial(x, a):
+    s = 0.0
+    for i in range(x.shape[0] - 1):
+        s += a * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def smooth(x, w):
+    """Two accumulators, one subtracted, neighbours on both sides, a loop-invariant before it."""
+    c = w * w + 0.5
+    s = 0.0
+    t = 0.0
+    for i in numba.prange(1, x.shape[0] - 1):
+        d = x[i + 1] - 2.0 * x[i] + x[i - 1]
+        s += c * d * d
+        t -= math.sin(x[i]) * w
+    return s + 0.25 * t
+
+
+def smooth_serial(x, w):
+    c = w * w + 0.5
+    s = 0.0
+    t = 0.0
+    for i in range(1, x.shape[0] - 1):
+        d = x[i + 1] - 2.0 * x[i] + x[i - 1]
+        s += c * d * d
+        t -= math.sin(x[i]) * w
+    return s + 0.25 * t
+
+
+def pair_energy(pos):
+    e = 0.0
+    for i in numba.prange(pos.shape[0]):
+        for j in range(i + 1, pos.shape[0]):
+            dx = pos[i, 0] - pos[j, 0]
+            dy = pos[i, 1] - pos[j, 1]
+            r2 = dx * dx + dy * dy
+            e += 1.0 / math.sqrt(r2 + 0.01)
+    return e
+
+
+def pair_energy_serial(pos):
+    e = 0.0
+    for i in range(pos.shape[0]):
+        for j in range(i + 1, pos.shape[0]):
+            dx = pos[i, 0] - pos[j, 0]
+            dy = pos[i, 1] - pos[j, 1]
+            r2 = dx * dx + dy * dy
+            e += 1.0 / math.sqrt(r2 + 0.01)
+    return e
+
+
+def gathered(x, idx, a):
+    s = 0.0
+    for i in numba.prange(idx.shape[0]):
+        s += a * x[idx[i]] ** 2 - math.cos(x[i % x.shape[0]])
+    return s
+
+
+def gathered_serial(x, idx, a):
+    s = 0.0
+    for i in range(idx.shape[0]):
+        s += a * x[idx[i]] ** 2 - math.cos(x[i % x.shape[0]])
+    return s
+
+
+def carried(x):
+    """Not independent: t carries from one iteration to the next (prange's rule broken): the
+    gradient keeps the serial loop's meaning."""
+    t = 0.0
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        t = 0.5 * t + x[i]
+        s += t * t
+    return s
+
+
+def mapped(x):
+    """Writes an array: the fused schedule does not take it; the loop stays serial."""
+    out = np.empty_like(x)
+    for i in numba.prange(x.shape[0]):
+        out[i] = math.tanh(x[i])
+    return np.sum(out * out)
+
+
+RNG = np.random.default_rng(7)
+CASES = [
+    ("waves", rosenbrock, rosenbrock_serial, (RNG.uniform(-1.5, 1.5, 41), 3.0), (0, 1)),
+    ("waves", smooth, smooth_serial, (RNG.normal(size=37), 0.7), (0, 1)),
+    ("chunks", pair_energy, pair_energy_serial, (RNG.normal(size=(23, 2)),), (0,)),
+    ("chunks", gathered, gathered_serial, (RNG.normal(size=13), RNG.integers(0, 13, 29), 1.5),
+     (0, 2)),
+]
+
+
+@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])
+def threads(request):
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(request.param, numba.config.NUMBA_NUM_THREADS))
+    yield request.param
+    numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("schedule, f, serial, args, argnums", CASES,
+                         ids=[c[1].__name__ for c in CASES])
+def test_a_prange_gradient_is_the_serial_one(schedule, f, serial, args, argnums, threads):
+    value, grads = nr.value_and_grad(f, argnums)(*args)
+    value_s, grads_s = nr.value_and_grad(serial, argnums)(*args)
+    assert value == pytest.approx(value_s, rel=1e-12)
+    for g, gs in zip(grads, grads_s):
+        np.testing.assert_allclose(g, gs, rtol=1e-11, atol=1e-12)
+    check_grad(f, *args, argnums=argnums)
+    y, pb = nr.pullback(f, *args)
+    tangents = pb(1.0)
+    for k in argnums:
+        np.testing.assert_allclose(tangents[k], grads[argnums.index(k)], rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("schedule, f, serial, args, argnums", CASES,
+                         ids=[c[1].__name__ for c in CASES])
+def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums):
+    src = nr.code(nr.value_and_grad(f, argnums), *args, kind="vjp")
+    assert "_prange(" in src
+    if schedule == "waves":
+        assert "the even ones in parallel, then the odd ones" in src
+        assert "_pa_" not in src          # the shared adjoints, written in place
+    else:
+        assert "one chunk of iterations per thread" in src and "_pa_d_" in src
+    assert "_prange(" not in nr.code(nr.value_and_grad(serial, argnums), *args, kind="vjp")
+
+
+def test_a_short_loop_runs_as_one_chunk_and_a_long_one_in_several():
+    x = np.linspace(-1.0, 1.0, 5)
+    check_grad(rosenbrock, x, 2.0, argnums=(0, 1))      # 4 iterations: fewer than 2 x 2 x 2
+    x = RNG.uniform(-1.0, 1.0, 1001)
+    np.testing.assert_allclose(nr.grad(rosenbrock)(x, 2.0), nr.grad(rosenbrock_serial)(x, 2.0),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("f, args", [(carried, (RNG.normal(size=9),)),
+                                     (mapped, (RNG.normal(size=7),))])
+def test_loops_that_carry_state_or_write_arrays_stay_serial_and_right(f, args):
+    assert "_prange(" not in nr.code(nr.grad(f), *args, kind="vjp")
+    check_grad(f, *args, argnums=(0,))
+
+
+def test_a_parallel_jit_function_and_its_gradient():
+    pj = nr.jit(parallel=True)(rosenbrock)
+    x = RNG.uniform(-1.0, 1.0, 300)
+    assert pj(x, 2.0) == pytest.approx(rosenbrock_serial(x, 2.0), rel=1e-12)
+    np.testing.assert_allclose(nr.grad(pj)(x, 2.0), nr.grad(rosenbrock_serial)(x, 2.0),
+                               rtol=1e-12)
+
+
+def scaled(x, k):
+    """Post computes from constants (-0.5) and from values of before the loop (k2), which the
+    fused schedule evaluates before the loop: the reverse of the return reads them first."""
+    k2 = k * k
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sin(x[i]) * k
+    return s * -0.5 + k2
+
+
+def scaled_p(x, k):
+    k2 = k * k
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += math.sin(x[i]) * k
+    return s * -0.5 + k2
+
+
+@pytest.mark.parametrize("f", [scaled, scaled_p])
+def test_a_return_of_constants_and_early_values_keeps_the_fused_schedule(f):
+    x = RNG.normal(size=17)
+    src = nr.code(nr.value_and_grad(f, (0, 1)), x, 1.3, kind="vjp")
+    assert "fused forward and reverse" in src
+    value, (gx, gk) = nr.value_and_grad(f, (0, 1))(x, 1.3)
+    assert value == pytest.approx(-0.5 * 1.3 * np.sum(np.sin(x)) + 1.69, rel=1e-12)
+    np.testing.assert_allclose(gx, -0.5 * 1.3 * np.cos(x), rtol=1e-12)
+    assert gk == pytest.approx(-0.5 * np.sum(np.sin(x)) + 2.6, rel=1e-12)
+    check_grad(f, x, 1.3, argnums=(0, 1))
