@@ -122,8 +122,8 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
                 f"two apart write apart); accumulators per chunk (ad/parallel.py)"] + head
         head.append(f"{pad}{nch} = 2 * {nt} if {n} >= 2 * {nt} * {span + 1} else 1")
     else:
-        head = [f"{pad}# prange: one chunk of iterations per thread, each with its own "
-                f"accumulators and adjoint arrays (ad/parallel.py)"] + head
+        head = [f"{pad}# prange: one chunk of iterations per thread (every nch-th), each with "
+                f"its own accumulators and adjoint arrays (ad/parallel.py)"] + head
         head.append(f"{pad}{nch} = {nt}")
     for name, t in sums.items():
         head.append(f"{pad}_ps_{own[name]} = _np.zeros({nch}, _np.{t})")
@@ -140,7 +140,9 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
     else:
         head.append(f"{pad}for {c} in _prange({nch}):")
         inner = pad + "    "
-    head += [f"{inner}{lo} = ({n} * {c}) // {nch}", f"{inner}{hi} = ({n} * ({c} + 1)) // {nch}"]
+    if waves:
+        head += [f"{inner}{lo} = ({n} * {c}) // {nch}",
+                 f"{inner}{hi} = ({n} * ({c} + 1)) // {nch}"]
     for name, t in sums.items():
         head.append(f"{inner}{own[name]} = {gen.zero(t)}")
     for name in copies:
@@ -152,7 +154,12 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
     if not waves:
         for name in arrays:
             head.append(f"{inner}{own[name]} = _pa_{own[name]}[{c}]")
-    head.append(f"{inner}for {j} in range({lo}, {hi}):")
+    if waves:
+        head.append(f"{inner}for {j} in range({lo}, {hi}):")
+    else:
+        # every nch-th iteration: work that grows or shrinks along the loop (an inner loop
+        # over the elements after i) is shared evenly
+        head.append(f"{inner}for {j} in range({c}, {n}, {nch}):")
     head.append(f"{inner}    {loop.var} = {ir.affine_src(loop.start, j, loop.step)}")
     pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(own, key=len,
                                                                           reverse=True)))
