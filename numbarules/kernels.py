@@ -172,8 +172,9 @@ def _build(spec, argtypes, mask):
         "vjp": {"_d": numba_glue.tuple_type(tangent_types(argtypes, mask))}}
     # The forward keeps the primal's error semantics (ZeroDivisionError where it would raise);
     # the pullback divides by values the forward already divided by, so it skips the checks.
-    options = {"fwd": {}, "bwd": {"error_model": "numpy"},
-               "vjp": {"parallel": True} if k.parallel else {}}
+    # (a prange loop's chunks run in parallel only in the driver Python calls, api.Gradient:
+    # compiled callers, maybe inside their own parallel loop, run this vjp with prange as range)
+    options = {"fwd": {}, "bwd": {"error_model": "numpy"}, "vjp": {}}
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})",

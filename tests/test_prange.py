@@ -181,3 +181,21 @@ def test_a_return_of_constants_and_early_values_keeps_the_fused_schedule(f):
     np.testing.assert_allclose(gx, -0.5 * 1.3 * np.cos(x), rtol=1e-12)
     assert gk == pytest.approx(-0.5 * np.sum(np.sin(x)) + 2.6, rel=1e-12)
     check_grad(f, x, 1.3, argnums=(0, 1))
+
+
+def test_a_prange_gradient_inside_a_parallel_batch_loop():
+    """Compiled callers run the chunks one after the other (no nested parallel launch, which
+    Numba's workqueue threading layer aborts on)."""
+    g = nr.grad(rosenbrock)
+
+    @numba.njit(parallel=True)
+    def batch(xs):
+        out = np.empty_like(xs)
+        for b in numba.prange(xs.shape[0]):
+            out[b] = g(xs[b], 2.0)
+        return out
+
+    xs = RNG.uniform(-1.0, 1.0, (6, 50))
+    got = batch(xs)
+    for b in range(6):
+        np.testing.assert_allclose(got[b], nr.grad(rosenbrock_serial)(xs[b], 2.0), rtol=1e-12)

@@ -76,8 +76,8 @@ class Kernels:
     changes_residuals: bool = False  # the pullback restores saved arrays or pops saved lists
                                # (or calls a callee's pullback on kept residuals): it can run
                                # once on its residuals (api.pullback runs the forward again)
-    parallel: bool = False     # the vjp runs a prange loop in parallel chunks (ad/parallel.py):
-                               # compile it (and a driver built from whole_body) parallel=True
+    parallel: bool = False     # the vjp has a prange loop's chunks (ad/parallel.py): the
+                               # driver Python calls, built from whole_body, compiles parallel=True
 
 
 def generate(fn, types, plan, name, mask):

@@ -24,7 +24,9 @@ than a ``prange`` over the iterations with Numba's reduction inference: the reve
 reads and rewrites adjoints in ways Numba's parfor analysis would take for reductions, and a
 chunk per thread makes every shared write a write into the chunk's own slot. Addition in
 another order than the serial loop's changes the last bits of a sum, as ``prange`` does in the
-primal. A kernel compiled without ``parallel=True`` runs ``prange`` as ``range``: the same result.
+primal. Only the driver Python calls compiles with ``parallel=True``; the vjp kernel compiled
+callers link runs ``prange`` as ``range`` (the same result), so a gradient called inside the
+user's own parallel loop launches no nested parallel work.
 """
 
 import ast
@@ -167,7 +169,10 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
     extra = "    " * (len(inner) // 4 + 1 - (indent + 1))
     for line in body_lines:
         if not line.strip().startswith("#"):
-            line = pattern.sub(lambda m: own[m.group(1)], line)
+            # names outside string literals (an error message may hold the same words)
+            parts = _STRINGS.split(line)
+            line = "".join(part if k % 2 else pattern.sub(lambda m: own[m.group(1)], part)
+                           for k, part in enumerate(parts))
         head.append(extra + line)
     for name in sums:
         head.append(f"{inner}_ps_{own[name]}[{c}] = {own[name]}")
@@ -180,6 +185,9 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
             head.append(f"{pad}for {c} in range({nch}):")
             head.append(f"{pad}    {name} += _pa_{own[name]}[{c}]")
     return head
+
+
+_STRINGS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
 
 def _stencil_span(gen, loop, stmts, arrays):
