@@ -1,23 +1,33 @@
-"""The parallel schedule of a ``numba.prange`` loop: the fused one-pass vjp, split into one chunk
-of iterations per thread.
+"""The parallel schedule of a ``numba.prange`` loop: the fused one-pass vjp, split into chunks
+of iterations that run on several threads.
 
 **The rule.** A ``prange`` loop runs in parallel in the gradient when it is the loop of the fused
-schedule without a tape (``ad/fusion.py``: its iterations are independent apart from
-accumulators ``s += u``, it writes no array, and each iteration's reverse follows its forward
-with nothing saved), on the CPU. Then the only state one iteration hands to the next, in the
+schedule (``ad/fusion.py``: its iterations are independent apart from accumulators ``s += u``,
+it writes no array, and each iteration's reverse follows its forward, with nothing saved or with
+a tape of one iteration), on the CPU. Then the only state one iteration hands to the next, in the
 fused loop's text, is
 
 - the accumulators (``s``) and the adjoints of values from before the loop that iterations add
-  into (``d_a += ...`` for a scalar, ``d_x[j] += ...`` for an array): each chunk sums into its
-  own zeroed copy, and the copies are added after the loop (in chunk order);
+  into (``d_a += ...``): each chunk sums into its own variable, and the chunks' sums are added
+  after the loop (in chunk order);
 - the adjoint of an accumulator (``d_s``), the same in every iteration (fusion.py): each chunk
   reads its own copy of it;
-- the adjoints of the loop's own variables, zero between iterations: each chunk starts them at
-  zero.
+- the adjoints of the loop's own variables and the values an iteration saves and restores, the
+  same at every iteration's start: each chunk starts them from zero, with a tape of its own;
+- the adjoint arrays of arrays read in the loop (``d_x[j] += ...``).
 
 Anything else the loop's text reads before it writes, or writes into, keeps the loop serial (the
-fused loop as it was); so does a loop the fused schedule does not take. ``nr.code(...,
-kind="vjp")`` shows which: a parallel loop is ``for _c in _prange(_nt)`` over chunks.
+fused loop as it was, with ``# prange: serial here``); so does a loop the fused schedule does not
+take. The adjoint arrays decide how the iterations are split:
+
+- every write at a first index ``i + o`` (a stencil, offsets within a span ``b - a``): 2 x
+  threads contiguous chunks, the even ones in parallel and then the odd ones, all writing into
+  the shared arrays (chunks two apart write apart once the chunk between holds the span; a loop
+  too short for that runs as one chunk);
+- otherwise one chunk per thread, each taking every nch-th iteration (work that shrinks along
+  the loop is shared evenly) and writing into its own zeroed copy of each array, added after.
+
+``nr.code(..., kind="vjp")`` shows which (``for _c in _prange(...)``).
 
 The chunks are explicit (``prange`` over the thread count, a serial loop inside each) rather
 than a ``prange`` over the iterations with Numba's reduction inference: the reverse's text
