@@ -20,6 +20,7 @@ from numbarules.fuzz import pool, runner
 
 SEED = 20261203
 N = 200
+N_GENERATED = 400     # programs only generated (no compile): enough to meet every construct
 TIMEOUT = 180.0
 OPT = int(os.environ.get("NUMBARULES_FUZZ_OPT", "0"))
 JOBS = int(os.environ.get("NUMBARULES_FUZZ_JOBS", str(min(2, os.cpu_count() or 1))))
@@ -57,21 +58,26 @@ CONSTRUCTS = {
 
 
 def test_generation_is_deterministic_and_covers_every_feature():
-    a = [fuzz.generate(SEED, i) for i in range(N)]
-    b = [fuzz.generate(SEED, i) for i in range(N)]
+    a = [fuzz.generate(SEED, i) for i in range(N_GENERATED)]
+    b = [fuzz.generate(SEED, i) for i in range(N_GENERATED)]
     assert [p.source for p in a] == [p.source for p in b]
     assert [p.args_source(2) for p in a[:20]] == [p.args_source(2) for p in b[:20]]
     drawn = Counter(f for p in a for f in p.features)
     assert set(drawn) == set(fuzz.FEATURES), set(fuzz.FEATURES) - set(drawn)
-    # every feature group, many times (world: fuzz.generator.WORLD_CHANCE of the programs)
-    assert min(v for k, v in drawn.items() if k != "world") >= 30, drawn
-    assert drawn["world"] >= 20, drawn
+    # every feature group, many times (world and prange: fuzz.generator.WORLD_CHANCE and
+    # PRANGE_CHANCE of the programs, prange programs being that group alone)
+    assert min(v for k, v in drawn.items() if k not in ("world", "prange")) >= 30, drawn
+    assert drawn["world"] >= 20 and drawn["prange"] >= 12, drawn
+    prange = [p for p in a if p.features == ("prange",)]
+    assert {"gather", "inner loop over the others", "subtracted accumulator",
+            "iteration-local"} <= {u for p in prange for u in p.used}
     used = Counter(u for p in a for u in p.used)
     # at least about half of what this stream holds today: a guard against a generator change
     # that quietly stops producing a construct
     for construct, least in CONSTRUCTS.items():
         assert used[construct] >= least, (construct, used[construct])
-    sizes = [len(re.findall(r"^ {4}\S", p.source.split("def f(")[1], re.M)) for p in a]
+    sizes = [len(re.findall(r"^ {4}\S", p.source.split("def f(")[1], re.M)) for p in a
+             if p.features != ("prange",)]
     assert 4 <= min(sizes) and max(sizes) <= 40, (min(sizes), max(sizes))
     layouts = Counter(arg.layout for p in a for arg in p.args_spec if arg.kind in ("v", "m"))
     assert {"C", "F", "T", "S", "R"} <= set(layouts), layouts
