@@ -315,7 +315,11 @@ def reduce_jit(disp, func, options):
 
 def jit_function(sources, tok, func, options, digest=None):
     from . import methods
-    checked(func, digest, func.__qualname__)
+    from .errors import NumbarulesError
+    try:
+        checked(func, digest, func.__qualname__)
+    except NumbarulesError as exc:
+        return Refused(str(exc))        # as gradient() does: the error comes with the call
     disp = _LIVE.get(tok)
     if disp is not None and same_code(getattr(disp, "_nr_source", None), func):
         return disp
@@ -336,8 +340,8 @@ def _named_digest(func):
 
 
 class Refused:
-    """What a gradient object becomes where its function is not the sender's code: calling it
-    raises the error that says so."""
+    """What a gradient object or ``nr.jit`` function becomes where its function is not the
+    sender's code: calling it raises the error that says so."""
 
     def __init__(self, message):
         self.message = message

@@ -305,6 +305,9 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
                     # a tape of a hundred MB by doubling costs more than the sweeps (a hint:
                     # were the arrays to grow, _push_view still grows the tape)
                     out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * ({sizes}))")
+            if s.parallel:
+                out.add("# prange: serial in this schedule (parallel only in the one-pass vjp: "
+                        "ad/parallel.py)")
             out.add(f"for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:")
             self.nested(s.body, out, innermost)
         elif isinstance(s, ir.While):
