@@ -79,7 +79,7 @@ class Sources:
         self.files, self.funcs, self.generics = files, funcs, generics
 
     @classmethod
-    def of(cls, roots, skip=None):
+    def of(cls, roots, cloud, skip=None):
         from . import methods, numba_glue
         from .dispatch import GenericFunction
         files, funcs, generics, seen, stack = {}, [], [], set(), list(roots)
@@ -96,7 +96,7 @@ class Sources:
                 fn = getattr(fn, "_nr_source", None) or getattr(fn, "py_func", None)
             if not inspect.isfunction(fn) or _library(fn):
                 continue
-            if _travels_by_value(fn):
+            if _travels_by_value(fn, cloud):
                 name = fn.__code__.co_filename
                 if name not in files:
                     files[name] = tuple(linecache.getlines(name, fn.__globals__))
@@ -194,11 +194,12 @@ class _Defined:
         return checked(found[0], self.digest, f"the {kind} of {qualname} for {signature!r}")
 
 
-def _portable(func, f, kind, signature):
+def _portable(func, f, kind, signature, cloud):
     """``func`` itself where pickle can name it or it travels by value (a notebook's,
     ``__main__``'s, a module's that cloudpickle copies), else where it was defined
     (``_Defined``)."""
-    if not inspect.isfunction(func) or _travels_by_value(func) or "<locals>" in func.__qualname__ \
+    if not inspect.isfunction(func) or _travels_by_value(func, cloud) \
+            or "<locals>" in func.__qualname__ \
             or _importable(func.__module__, func.__qualname__, main=True) is func \
             or _importable(f.__module__, f.__qualname__, main=True) is not f \
             or func.__module__ != f.__module__:
@@ -235,9 +236,10 @@ def _cloudpickling():
     return False
 
 
-def _travels_by_value(fn):
-    """Whether the pickler at work copies ``fn`` by value rather than naming it."""
-    if not _cloudpickling():
+def _travels_by_value(fn, cloud):
+    """Whether the pickler at work copies ``fn`` by value rather than naming it (``cloud``:
+    ``_cloudpickling()``, asked once per object pickled)."""
+    if not cloud:
         return False
     module = fn.__module__ or ""
     if module == "__main__" or module not in sys.modules or "<locals>" in fn.__qualname__:
@@ -256,17 +258,18 @@ def _resolved(func):
 
 def reduce_generic(f):
     from . import rules
-    methods = tuple((_portable(m.func, f, "method", m.signature), m.signature)
+    cloud = _cloudpickling()
+    methods = tuple((_portable(m.func, f, "method", m.signature, cloud), m.signature)
                     for m in f.methods)
-    entries = tuple((r.kind, r.signature, _portable(r.impl, f, r.kind, r.signature),
+    entries = tuple((r.kind, r.signature, _portable(r.impl, f, r.kind, r.signature, cloud),
                      r.uses_result, r.file, r.line) for r in rules.entries(f))
     roots = [m.func for m in f.methods] + [r.impl for r in rules.entries(f)
                                            if inspect.isfunction(r.impl)]
     # The state is applied after the shell is memoised, so a method that calls its own generic
     # function (recursion) pickles a reference to the shell, not the function again.
     return (generic_shell, (token(f), f.__module__, f.__qualname__, f.__name__, f.__doc__,
-                            not _cloudpickling()),
-            (Sources.of(roots, skip=f), methods, entries))
+                            not cloud),
+            (Sources.of(roots, cloud, skip=f), methods, entries))
 
 
 def generic_shell(tok, module, qualname, name, doc, by_name=False):
@@ -310,7 +313,9 @@ def apply_generic_state(f, state):
 # --- nr.jit functions and gradient objects --------------------------------------------------------
 
 def reduce_jit(disp, func, options):
-    return (jit_function, (Sources.of([func]), token(disp), func, options, _named_digest(func)))
+    cloud = _cloudpickling()
+    return (jit_function, (Sources.of([func], cloud), token(disp), func, options,
+                           _named_digest(func, cloud)))
 
 
 def jit_function(sources, tok, func, options, digest=None):
@@ -330,10 +335,10 @@ def jit_function(sources, tok, func, options, digest=None):
     return _adopt(disp, tok)
 
 
-def _named_digest(func):
+def _named_digest(func, cloud):
     """The fingerprint of a function pickle names rather than copies (checked where it lands),
     else None."""
-    if not inspect.isfunction(func) or _travels_by_value(func):
+    if not inspect.isfunction(func) or _travels_by_value(func, cloud):
         return None
     from . import diskcache
     return diskcache.fingerprint(func)
@@ -355,8 +360,9 @@ class Refused:
 
 
 def reduce_gradient(g):
-    return (gradient, (Sources.of([g.f]), token(g), g.f, g.argnums, g.with_value, g.boundscheck,
-                       _named_digest(g.f)))
+    cloud = _cloudpickling()
+    return (gradient, (Sources.of([g.f], cloud), token(g), g.f, g.argnums, g.with_value,
+                       g.boundscheck, _named_digest(g.f, cloud)))
 
 
 def gradient(sources, tok, f, argnums, with_value, boundscheck, digest=None):

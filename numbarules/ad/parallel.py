@@ -181,8 +181,8 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
         if not line.strip().startswith("#"):
             # names outside string literals (an error message may hold the same words)
             parts = _STRINGS.split(line)
-            line = "".join(part if k % 2 else pattern.sub(lambda m: own[m.group(1)], part)
-                           for k, part in enumerate(parts))
+            line = "".join(part if odd % 2 else pattern.sub(lambda m: own[m.group(1)], part)
+                           for odd, part in enumerate(parts))
         head.append(extra + line)
     for name in sums:
         head.append(f"{inner}_ps_{own[name]}[{c}] = {own[name]}")
