@@ -1,12 +1,16 @@
 """Gradients of numba.prange loops on 1 and 2 threads, in one run (issue 18).
 
-Workloads (the loop workloads of perf/_workloads_ad.py written with prange, and a stencil with a
-transcendental, whose fused loop keeps a one-iteration tape):
+Workloads (the loop workloads of perf/_workloads_ad.py and perf/bench_arrays.py written with
+prange, and a stencil with a transcendental, whose fused loop keeps a one-iteration tape):
 
 - W1 Rosenbrock, n = 10^6: neighbours i and i + 1 (the even/odd chunk schedule);
 - W2 pair energy, 1,000 particles: an inner loop over the others (a chunk per thread, each with
   its own adjoint array);
-- W3 smoothness penalty with sin, n = 10^6: neighbours i - 1 .. i + 1 and a per-iteration tape.
+- W4 row-wise logsumexp of a 2000 x 2000 matrix (perf/bench_arrays.py's, the rows in prange):
+  each iteration writes its own row of the adjoint (one contiguous chunk per thread, all at once,
+  into the shared adjoint) and keeps a tape of its two inner loops;
+- a smoothness penalty with sin, n = 10^6: neighbours i - 1 .. i + 1 and a per-iteration tape.
+  (W3, the pendulum, is sequential in time: no prange.)
 
 For each: the gradient (``nr.value_and_grad``) on 1 and on 2 threads (``numba.set_num_threads``),
 and the primal compiled by Numba with ``parallel=True`` on the same thread counts; the serial
@@ -54,6 +58,20 @@ def pair_p(pos):
 
 
 
+def lse_rows_p(X):
+    s = 0.0
+    for i in numba.prange(X.shape[0]):
+        m = X[i, 0]
+        for j in range(1, X.shape[1]):
+            m = max(m, X[i, j])
+        t = 0.0
+        for j in range(X.shape[1]):
+            t += math.exp(X[i, j] - m)
+        s += m + math.log(t)
+    return s
+
+
+
 def smooth_p(x):
     s = 0.0
     for i in numba.prange(1, x.shape[0] - 1):
@@ -86,12 +104,13 @@ def _best(fn, args, threads, repeats):
 
 def main(quick=False):
     rng = np.random.default_rng(0)
-    n1, n2 = (10_000, 200) if quick else (1_000_000, 1_000)
+    n1, n2, n4 = (10_000, 200, 100) if quick else (1_000_000, 1_000, 2_000)
     repeats = 3 if quick else 15
     two = min(2, numba.config.NUMBA_NUM_THREADS)
     cases = [("W1 Rosenbrock", rosenbrock_p, (rng.uniform(-1.5, 1.5, n1),)),
              ("W2 pair energy", pair_p, (rng.normal(size=(n2, 3)),)),
-             ("W3 stencil + sin", smooth_p, (rng.normal(size=n1),))]
+             ("W4 row logsumexp", lse_rows_p, (rng.normal(size=(n4, n4)),)),
+             ("stencil + sin", smooth_p, (rng.normal(size=n1),))]
     print(f"prange gradients, {numba.config.NUMBA_NUM_THREADS} threads available "
           f"(threading layer after the first run below)")
     print(f"{'workload':<18} {'grad 1t':>9} {'grad 2t':>9} {'speedup':>7} {'primal 2t':>9} "

@@ -59,6 +59,58 @@ def gathered(x, idx, a):
 
 
 
+def lse_rows(X, w):
+    """Inner loops (their trip counts saved and restored per iteration), writes into the
+    iteration's own row of the adjoint only: all chunks at once, into the shared array."""
+    s = 0.0
+    for i in numba.prange(X.shape[0]):
+        m = X[i, 0]
+        for j in range(1, X.shape[1]):
+            m = max(m, X[i, j])
+        t = 0.0
+        for j in range(X.shape[1]):
+            t += math.exp(w * (X[i, j] - m))
+        s += m + math.log(t) / w
+    return s
+
+
+
+def row_max_times_sum(x0, m0):
+    """From the fuzzer (seed 7, index 17): a running max along the row, a sum along it, their
+    product. Numba's parfor passes without SSA reconstruction (which generated kernels skip
+    otherwise) gave every adjoint of this loop wrong, with no error."""
+    s = 0.0
+    for i in numba.prange(m0.shape[0]):
+        a = m0[i, 0]
+        for j in range(1, m0.shape[1]):
+            a = max(a, m0[i, j])
+        t = 0.0
+        for j in range(m0.shape[1]):
+            t += x0 * m0[i, j] * m0[i, j] + -0.866
+        s += -0.529 * a * t + x0
+    return s * 1.29
+
+
+
+def wrapped(x, k):
+    """Starts at -1 (known only at run time): x[-1] is x's last element, which the last
+    iteration reads too: one chunk."""
+    s = 0.0
+    for i in numba.prange(k, x.shape[0]):
+        s += x[i] * x[i] * (1.0 + 0.1 * i)
+    return s
+
+
+
+def wrapped_const(x):
+    """The same with the start written as a constant."""
+    s = 0.0
+    for i in numba.prange(-1, x.shape[0]):
+        s += x[i] * x[i] * (1.0 + 0.1 * i)
+    return s
+
+
+
 def serial_twin(f):
     """``f`` with ``numba.prange`` meaning ``range``: the same code over globals whose ``numba``
     is a module with ``prange = range`` (the engine differentiates it as a serial loop)."""
@@ -71,6 +123,8 @@ def serial_twin(f):
 
 rosenbrock_serial, smooth_serial = serial_twin(rosenbrock), serial_twin(smooth)
 pair_energy_serial, gathered_serial = serial_twin(pair_energy), serial_twin(gathered)
+lse_rows_serial, wrapped_serial = serial_twin(lse_rows), serial_twin(wrapped)
+row_max_times_sum_serial = serial_twin(row_max_times_sum)
 
 
 def carried(x):
@@ -96,6 +150,10 @@ RNG = np.random.default_rng(7)
 CASES = [
     ("waves", rosenbrock, rosenbrock_serial, (RNG.uniform(-1.5, 1.5, 41), 3.0), (0, 1)),
     ("waves", smooth, smooth_serial, (RNG.normal(size=37), 0.7), (0, 1)),
+    ("rows", lse_rows, lse_rows_serial, (RNG.normal(size=(19, 6)), 1.3), (0, 1)),
+    ("rows", row_max_times_sum, row_max_times_sum_serial, (0.72, RNG.normal(size=(13, 6))),
+     (0, 1)),
+    ("rows", wrapped, wrapped_serial, (RNG.normal(size=31), 2), (0,)),
     ("chunks", pair_energy, pair_energy_serial, (RNG.normal(size=(23, 2)),), (0,)),
     ("chunks", gathered, gathered_serial, (RNG.normal(size=13), RNG.integers(0, 13, 29), 1.5),
      (0, 2)),
@@ -133,6 +191,9 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
     if schedule == "waves":
         assert "the even ones in parallel, then the odd ones" in src
         assert "_pa_" not in src          # the shared adjoints, written in place
+    elif schedule == "rows":
+        assert "one contiguous chunk of iterations per thread, all at once" in src
+        assert "_pa_" not in src
     else:
         assert "one chunk of iterations per thread" in src and "_pa_d_" in src
     assert "_prange(" not in nr.code(nr.value_and_grad(serial, argnums), *args, kind="vjp")
@@ -144,6 +205,18 @@ def test_a_short_loop_runs_as_one_chunk_and_a_long_one_in_several():
     x = RNG.uniform(-1.0, 1.0, 1001)
     np.testing.assert_allclose(nr.grad(rosenbrock)(x, 2.0), nr.grad(rosenbrock_serial)(x, 2.0),
                                rtol=1e-12)
+
+
+def test_a_write_that_may_count_from_the_end_keeps_one_chunk(threads):
+    x = RNG.normal(size=31)
+    src = nr.code(nr.grad(wrapped), x, 2, kind="vjp")
+    assert "if 0 >= 0 else 1" not in src and " >= 0 else 1" in src     # the run-time guard
+    for k in (-1, 0, 3):
+        np.testing.assert_allclose(nr.grad(wrapped)(x, k), nr.grad(wrapped_serial)(x, k),
+                                   rtol=1e-12)
+        check_grad(wrapped, x, k, argnums=(0,))
+    assert " >= 0 else 1" in nr.code(nr.grad(wrapped_const), x, kind="vjp")
+    check_grad(wrapped_const, x, argnums=(0,))
 
 
 @pytest.mark.parametrize("f, args", [(carried, (RNG.normal(size=9),)),

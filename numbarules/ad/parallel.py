@@ -20,12 +20,20 @@ Anything else the loop's text reads before it writes, or writes into, keeps the 
 fused loop as it was, with ``# prange: serial here``); so does a loop the fused schedule does not
 take. The adjoint arrays decide how the iterations are split:
 
+- every write at the iteration's own first index ``i`` (a row of a matrix, an element), or no
+  adjoint array written: one contiguous chunk per thread, all at once, each writing into the
+  shared arrays (no two iterations write the same element);
 - every write at a first index ``i + o`` (a stencil, offsets within a span ``b - a``): 2 x
   threads contiguous chunks, the even ones in parallel and then the odd ones, all writing into
   the shared arrays (chunks two apart write apart once the chunk between holds the span; a loop
   too short for that runs as one chunk);
 - otherwise one chunk per thread, each taking every nch-th iteration (work that shrinks along
   the loop is shared evenly) and writing into its own zeroed copy of each array, added after.
+
+A write at ``i + a < 0`` would count from the end of the array, into another chunk's elements:
+a loop whose start allows that runs serially (a constant start) or as one chunk (a start known
+at run time). The trip counts of nested loops, saved and restored around each entry, start
+from zero in each chunk, as in the function.
 
 ``nr.code(..., kind="vjp")`` shows which (``for _c in _prange(...)``).
 
@@ -80,8 +88,14 @@ def rewrite(gen, loop, lines, indent):
     # each chunk starts them from a typed zero, as the function does
     restored = {x.target for x in ir.walk(loop.body)
                 if isinstance(x, ir.Assign) and id(x) in gen.plan.pushes}
+    # the trip counts of nested loops, saved before an entry overwrites them and restored after
+    # its reverse (codegen: ``_n<id>`` on the int tape): each chunk starts them from 0 too
+    trips = {f"_n{x.id}" for x in ir.walk(loop.body) if isinstance(x, ir.For)}
     for name in sorted(stored & exposed):
         if name in tapes:
+            continue
+        if name in trips:
+            zeros[name] = nbt.int64
             continue
         if name in restored and gen.zero(types.get(name)):
             zeros[name] = types[name]
@@ -106,23 +120,33 @@ def rewrite(gen, loop, lines, indent):
         arrays[name] = t
     if not (sums or arrays):
         return None                  # nothing to split (and no accumulator to speak of)
-    span = _stencil_span(gen, loop, tree.body, arrays)
+    offsets = _stencil_offsets(gen, loop, tree.body, arrays)
+    span = None if offsets is None else offsets[1] - offsets[0]
+    if arrays and offsets is not None and isinstance(loop.start, ir.Const) \
+            and loop.start.value + offsets[0] < 0:
+        return None                  # a write at a negative index (from the end): serial
     k = loop.id
     tapes = {name: init for name, init in tapes.items() if name in stored}
     own = {name: f"{name}_c{k}" for name in list(sums) + list(copies) + list(tapes)}
     if span is None:
         own.update({name: f"{name}_c{k}" for name in arrays})   # private copies
     return comments + _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own,
-                               span, tapes)
+                               offsets, tapes)
 
 
-def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, span, tapes):
+def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, offsets, tapes):
     k = loop.id
+    span = None if offsets is None else offsets[1] - offsets[0]
     nt, nch, c, lo, hi, j, w = (f"_nt{k}", f"_nch{k}", f"_c{k}", f"_lo{k}", f"_hi{k}", f"_k{k}",
                                 f"_w{k}")
     n = f"_n{k}"
     pad = "    " * indent
-    waves = span is not None
+    waves = bool(span)
+    # a negative index counts from the end: a write at i + a < 0 lands where another chunk
+    # writes, so a loop whose start (known at run time) allows one runs as one chunk
+    wraps = "" if span is None or not arrays or isinstance(loop.start, ir.Const) else \
+        f" and {loop.start.src()} >= {-offsets[0]}"
+    disjoint = span == 0                 # every write at [i, ...]: no two iterations meet
     head = [f"{pad}{nt} = _num_threads()",
             f"{pad}{n} = _trip({loop.start.src()}, {loop.stop.src()}, {loop.step.src()})"]
     if waves:
@@ -132,14 +156,20 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
         head = [f"{pad}# prange: 2 x threads chunks of iterations, the even ones in parallel, "
                 f"then the odd ones (adjoints written within {span} of the iteration: chunks "
                 f"two apart write apart); accumulators per chunk (ad/parallel.py)"] + head
-        head.append(f"{pad}{nch} = 2 * {nt} if {n} >= 2 * {nt} * {span + 1} else 1")
+        head.append(f"{pad}{nch} = 2 * {nt} if {n} >= 2 * {nt} * {span + 1}{wraps} else 1")
+    elif disjoint:
+        what = "adjoints written at the iteration's own index only, into the shared arrays" \
+            if arrays else "no adjoint array written"
+        head = [f"{pad}# prange: one contiguous chunk of iterations per thread, all at once "
+                f"({what}); accumulators per chunk (ad/parallel.py)"] + head
+        head.append(f"{pad}{nch} = {nt}{' if ' + wraps[5:] + ' else 1' if wraps else ''}")
     else:
         head = [f"{pad}# prange: one chunk of iterations per thread (every nch-th), each with "
                 f"its own accumulators and adjoint arrays (ad/parallel.py)"] + head
         head.append(f"{pad}{nch} = {nt}")
     for name, t in sums.items():
         head.append(f"{pad}_ps_{own[name]} = _np.zeros({nch}, _np.{t})")
-    if not waves:
+    if span is None:
         for name, t in arrays.items():
             head.append(f"{pad}_pa_{own[name]} = _np.zeros(({nch},) + {name}.shape, "
                         f"_np.{t.dtype})")
@@ -152,7 +182,7 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
     else:
         head.append(f"{pad}for {c} in _prange({nch}):")
         inner = pad + "    "
-    if waves:
+    if span is not None:
         head += [f"{inner}{lo} = ({n} * {c}) // {nch}",
                  f"{inner}{hi} = ({n} * ({c} + 1)) // {nch}"]
     for name, t in sums.items():
@@ -163,10 +193,10 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
         head.append(f"{inner}{name} = {gen.zero(t)}")
     for name, init in tapes.items():
         head.append(f"{inner}{own[name]} = {init}")
-    if not waves:
+    if span is None:
         for name in arrays:
             head.append(f"{inner}{own[name]} = _pa_{own[name]}[{c}]")
-    if waves:
+    if span is not None:
         head.append(f"{inner}for {j} in range({lo}, {hi}):")
     else:
         # every nch-th iteration: work that grows or shrinks along the loop (an inner loop
@@ -190,7 +220,7 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
     for name in sums:
         head.append(f"{pad}for {c} in range({nch}):")
         head.append(f"{pad}    {name} = {name} + _ps_{own[name]}[{c}]")
-    if not waves:
+    if span is None:
         for name in arrays:
             head.append(f"{pad}for {c} in range({nch}):")
             head.append(f"{pad}    {name} += _pa_{own[name]}[{c}]")
@@ -200,11 +230,11 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, sp
 _STRINGS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
 
-def _stencil_span(gen, loop, stmts, arrays):
-    """``b - a`` when every write into the shared adjoint ``arrays`` in the loop's text is at a
+def _stencil_offsets(gen, loop, stmts, arrays):
+    """``(a, b)`` when every write into the shared adjoint ``arrays`` in the loop's text is at a
     first index ``i + o`` with ``a <= o <= b`` (``i`` the loop variable, step 1), else None."""
     if not arrays or loop.step != ir.Const(1):
-        return None if arrays else 0
+        return None if arrays else (0, 0)
     offsets = {loop.var: 0}
     for x in loop.body:
         if isinstance(x, ir.Assign) and len(gen.sites.get(x.target, ())) == 1 \
@@ -229,7 +259,7 @@ def _stencil_span(gen, loop, stmts, arrays):
                 if not (isinstance(first, ast.Name) and first.id in offsets):
                     return None
                 found.append(offsets[first.id])
-    return max(found) - min(found) if found else 0
+    return (min(found), max(found)) if found else (0, 0)
 
 
 def _float(t):
@@ -300,3 +330,4 @@ def _exposed_names(stmts):
 
     block(stmts, set())
     return exposed, stored, subscripted
+

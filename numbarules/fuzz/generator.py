@@ -87,8 +87,9 @@ FEATURES = {
                 "in a time loop with a buffer swap, some wrapping at i = 0): the reverse the "
                 "engine writes as a gather",
     "prange": "a numba.prange reduction loop (neighbours, a gather, an inner loop over the "
-              "others, accumulators added and subtracted) as the whole program: the gradient's "
-              "parallel schedule (ad/parallel.py)",
+              "others, accumulators added and subtracted, a start known at run time; or a loop "
+              "over a matrix's rows with inner loops along each row) as the whole program: the "
+              "gradient's parallel schedule (ad/parallel.py)",
     "world": "a generic function of the program's own whose methods or rules change after the "
              "first gradients (a more specific method, a replaced method, an int result that "
              "becomes a float, a rule, a method that starts writing into its argument); the "

@@ -1,6 +1,8 @@
 """Programs with a ``numba.prange`` loop: a reduction over an array whose iterations read
 neighbours (``v0[i - 1]``, ``v0[i + 2]``), gather (``v1[(3 * i) % m]``) or run an inner loop over
-the other elements, with accumulators added and subtracted and values computed before the loop.
+the other elements, with accumulators added and subtracted and values computed before the loop,
+sometimes from a start known only at run time (negative: an index from the end); or a loop over
+a matrix's rows with inner loops along each row (a running value, a sum).
 Their gradient runs in parallel chunks where ad/parallel.py's rule holds (even and odd chunks for
 a stencil, a chunk per thread with its own adjoint arrays otherwise), serially where it does not.
 
@@ -16,6 +18,8 @@ from .program import Arg, Program
 class PrangeLoops:
     def prange_program(self):
         r = self.prange_r
+        if r.random() < 0.25:
+            return self._prange_rows(r)
         n = r.randint(12, 40)
         args = [Arg("x0", "f", diff=True), Arg("v0", "v", (n,), "C", diff=True)]
         gather = r.random() < 0.35
@@ -38,6 +42,11 @@ class PrangeLoops:
             lines.append("    u = 0.0")
         stop = f"v0.shape[0] - {hi}" if hi else "v0.shape[0]"
         start = f"{lo}, " if lo else ""
+        if r.random() < 0.15:
+            # a start known at run time, possibly negative (an index from the end)
+            args.append(Arg("k0", "i", int_value=r.choice([-2, -1, 0, 1]) + lo))
+            start = "k0, "
+            used.add("start at run time")
         lines.append(f"    for i in numba.prange({start}{stop}):")
         reads = [f"v0[i - {o}]" if o > 0 else f"v0[i + {-o}]" if o < 0 else "v0[i]"
                  for o in range(-hi, lo + 1)]
@@ -60,6 +69,35 @@ class PrangeLoops:
             used.add("inner loop over the others")
         ret = f"    return s * {self._prange_const(r)}" + (f" + {self._prange_const(r)} * u" if sub else "")
         lines.append(ret)
+        return self._prange_finish(args, used, lines)
+
+    def _prange_rows(self, r):
+        """A loop over the rows of a matrix with inner loops along each row (a running value
+        carried within the row, a sum), writing only its own row's adjoint."""
+        rows, cols = r.randint(6, 24), r.randint(2, 7)
+        args = [Arg("x0", "f", diff=True), Arg("m0", "m", (rows, cols), "C", diff=True)]
+        r.shuffle(args)
+        used = {"prange loop", "rows with inner loops"}
+        c = self._prange_const
+        lines = ["    s = 0.0", "    for i in numba.prange(m0.shape[0]):", "        a = m0[i, 0]",
+                 "        for j in range(1, m0.shape[1]):"]
+        carry = r.choice(["max", "lin", "sin"])
+        lines.append({"max": "            a = max(a, m0[i, j])",
+                      "lin": f"            a = {c(r)} * a + m0[i, j] * x0",
+                      "sin": "            a = 0.5 * a + math.sin(m0[i, j])"}[carry])
+        used.add(f"row carry {carry}")
+        lines.append("        t = 0.0")
+        lines.append("        for j in range(m0.shape[1]):")
+        lines.append(r.choice([f"            t += math.exp(0.3 * (m0[i, j] - a))",
+                               f"            t += x0 * m0[i, j] * m0[i, j] + {c(r)}",
+                               f"            t -= {c(r)} * math.cos(m0[i, j] + x0)"]))
+        lines.append(r.choice(["        s += a + math.log(1.0 + t * t)",
+                               f"        s += {c(r)} * a * t + x0",
+                               "        s += a * x0 - t"]))
+        lines.append(f"    return s * {c(r)}")
+        return self._prange_finish(args, used, lines)
+
+    def _prange_finish(self, args, used, lines):
         from .generator import _HEADER
         params = ", ".join(a.name for a in args)
         source = (f"# numbarules fuzz program: seed {self.seed}, index {self.index}\n"

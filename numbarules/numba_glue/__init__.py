@@ -108,7 +108,10 @@ class _RecordingCompiler(compiler.CompilerBase):
         pm = compiler.DefaultPassBuilder.define_nopython_pipeline(self.state)
         pm.add_pass_after(RecordCalls, NopythonTypeInference)
         located.locate_errors(self.state, pm)      # run-time errors at the user's line
-        if _skips_ssa(self.state.func_id.func):
+        # Numba's parfor passes (parallel=True: a prange loop's chunks, ad/parallel.py) need
+        # SSA: without it a chunk whose inner loops set a name several times (a running max
+        # over a row, restored from the tape in the reverse) computed wrong adjoints, no error
+        if _skips_ssa(self.state.func_id.func) and not self.state.flags.auto_parallel.enabled:
             pm.passes = [(p, what) for p, what in pm.passes
                          if p is not untyped_passes.ReconstructSSA]
         pm.finalize()
