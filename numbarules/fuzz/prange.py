@@ -88,7 +88,7 @@ class PrangeLoops:
         used.add(f"row carry {carry}")
         lines.append("        t = 0.0")
         lines.append("        for j in range(m0.shape[1]):")
-        lines.append(r.choice([f"            t += math.exp(0.3 * (m0[i, j] - a))",
+        lines.append(r.choice(["            t += math.exp(0.3 * (m0[i, j] - a))",
                                f"            t += x0 * m0[i, j] * m0[i, j] + {c(r)}",
                                f"            t -= {c(r)} * math.cos(m0[i, j] + x0)"]))
         lines.append(r.choice(["        s += a + math.log(1.0 + t * t)",
