@@ -138,13 +138,48 @@ def carried(x):
     return s
 
 
-def mapped(x):
-    """Writes an array: the fused schedule does not take it; the loop stays serial."""
+def mapped(x, w):
+    """Writes an array at its own index: the two-pass schedule, forward and reverse in chunks
+    (the reverse re-executes tanh instead of saving it)."""
     out = np.empty_like(x)
     for i in numba.prange(x.shape[0]):
-        out[i] = math.tanh(x[i])
+        out[i] = math.tanh(w * x[i])
     return np.sum(out * out)
 
+
+
+def mapped_sum(x, w):
+    """An array written at its own index, a neighbour read, an accumulator read after the
+    loop."""
+    out = np.zeros_like(x)
+    s = 0.0
+    for i in numba.prange(1, x.shape[0]):
+        a = math.exp(-w * x[i] * x[i])
+        out[i] = a * x[i - 1]
+        s += a
+    return np.sum(out) + s * w
+
+
+
+def rewritten(x):
+    """Reads the array it writes: serial (the two-pass schedule saves the old elements)."""
+    out = x * 2.0
+    for i in numba.prange(x.shape[0]):
+        out[i] = math.sin(out[i]) * x[i]
+    return np.sum(out * out)
+
+
+def last_read(x):
+    """A value of the last iteration read after the loop: serial."""
+    out = np.empty_like(x)
+    a = 0.0
+    for i in numba.prange(x.shape[0]):
+        a = math.cos(x[i])
+        out[i] = a * x[i]
+    return np.sum(out) + a
+
+
+mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
 
 RNG = np.random.default_rng(7)
 CASES = [
@@ -153,6 +188,8 @@ CASES = [
     ("rows", lse_rows, lse_rows_serial, (RNG.normal(size=(19, 6)), 1.3), (0, 1)),
     ("rows", row_max_times_sum, row_max_times_sum_serial, (0.72, RNG.normal(size=(13, 6))),
      (0, 1)),
+    ("two passes", mapped, mapped_serial, (RNG.normal(size=29), 0.8), (0, 1)),
+    ("two passes", mapped_sum, mapped_sum_serial, (RNG.normal(size=33), 0.6), (0, 1)),
     ("rows", wrapped, wrapped_serial, (RNG.normal(size=31), 2), (0,)),
     ("chunks", pair_energy, pair_energy_serial, (RNG.normal(size=(23, 2)),), (0,)),
     ("chunks", gathered, gathered_serial, (RNG.normal(size=13), RNG.integers(0, 13, 29), 1.5),
@@ -191,6 +228,9 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
     if schedule == "waves":
         assert "the even ones in parallel, then the odd ones" in src
         assert "_pa_" not in src          # the shared adjoints, written in place
+    elif schedule == "two passes":
+        assert src.count("_prange(") == 2 and "_tape" not in src     # forward and reverse
+        assert "arrays written at the iteration's own index only, in place" in src
     elif schedule == "rows":
         assert "one contiguous chunk of iterations per thread, all at once" in src
         assert "_pa_" not in src
@@ -220,7 +260,8 @@ def test_a_write_that_may_count_from_the_end_keeps_one_chunk(threads):
 
 
 @pytest.mark.parametrize("f, args", [(carried, (RNG.normal(size=9),)),
-                                     (mapped, (RNG.normal(size=7),))])
+                                     (rewritten, (RNG.normal(size=7),)),
+                                     (last_read, (RNG.normal(size=8),))])
 def test_loops_that_carry_state_or_write_arrays_stay_serial_and_right(f, args):
     src = nr.code(nr.grad(f), *args, kind="vjp")
     assert "_prange(" not in src and "# prange: serial" in src

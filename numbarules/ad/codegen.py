@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from numba import types as nbt
 
-from . import gather, ir, simplify
+from . import fusion, gather, ir, parallel, simplify
 from .adjoint_vars import AdjointVariables, forwardable
 from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
@@ -29,7 +29,7 @@ from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
 from .tape import Saves
-from .dataflow import branch_key, part_of
+from .dataflow import branch_key, part_of, stmt_reads
 from .kinds import holds_arrays, is_float_array, is_function
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
@@ -305,11 +305,18 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
                     # a tape of a hundred MB by doubling costs more than the sweeps (a hint:
                     # were the arrays to grow, _push_view still grows the tape)
                     out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * ({sizes}))")
-            if s.parallel:
-                out.add("# prange: serial in this schedule (parallel only in the one-pass vjp: "
-                        "ad/parallel.py)")
+            at = len(out.lines)
             out.add(f"for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:")
             self.nested(s.body, out, innermost)
+            if s.parallel and self.device is None and not self.fusing:
+                chunked = parallel.rewrite(self, s, out.lines[at:], out.indent, two_pass=True) \
+                    if self.two_pass_parallel(s) else None
+                if chunked is not None:
+                    out.lines[at:] = chunked
+                    self.parallel = True
+                else:
+                    out.lines.insert(at, "    " * out.indent + "# prange: serial in this "
+                                     "schedule (ad/parallel.py)")
         elif isinstance(s, ir.While):
             relevant = id(s) in self.plan.reverse_relevant and not self.plain
             w = f"_w{s.id}"
@@ -503,6 +510,8 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
                 self.nested_rev(s.orelse, out, branch_key(s, 1))
         elif isinstance(s, ir.For) and s.snapshots is not None:
             self.checkpointed_rev(s, out)
+        elif isinstance(s, ir.For) and self.parallel_reverse(s, out):
+            pass
         elif isinstance(s, ir.For):
             j, n = f"_j{s.id}", f"_n{s.id}"
             for name in [n] + [a.id for a in (s.start, s.step) if isinstance(a, ir.Name)]:
@@ -542,6 +551,50 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             out.indent -= 1
             if id(s) in plan.in_loop:
                 self.pop(out, w, nbt.int64)
+
+    def two_pass_parallel(self, loop):
+        """Whether the two-pass schedule may run the prange ``loop``'s forward and reverse in
+        parallel chunks (ad/parallel.py): a loop of the function's own body (not nested), of
+        assignments and stores, that saves nothing (residuals: a prange loop's reverse
+        re-executes its math calls) and whose values nothing after it reads but its accumulators'
+        (the chunks leave no last iteration's values behind)."""
+        if not (loop.parallel and self.device is None and not self.fusing and not self.plain) \
+                or id(loop) in self.plan.pushes or id(loop) in self.plan.in_loop \
+                or loop.snapshots is not None or self.snapshots(loop) or self.loop_views(loop) \
+                or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body):
+            return False              # (a save in the loop's text: parallel.rewrite refuses it)
+        body = self.fn.body
+        at = next((k for k, x in enumerate(body) if x is loop), None)
+        if at is None:
+            return False
+        assigned = {x.target for x in loop.body if isinstance(x, ir.Assign)} | {loop.var}
+        later = set().union(*[stmt_reads(x) for x in ir.walk(body[at + 1:])])
+        # accumulators (s += u) are read after the loop: the chunks' sums are added there
+        carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
+        return later & assigned <= carried
+
+    def parallel_reverse(self, loop, out):
+        """The reverse of a prange loop the two-pass schedule splits into chunks (its
+        iterations independent: any order), emitted into ``out``; False where it does not."""
+        if not self.two_pass_parallel(loop):
+            return False
+        start, indent = len(out.lines), out.indent
+        for name in [a.id for a in (loop.start, loop.stop, loop.step) if isinstance(a, ir.Name)]:
+            out.read(name)
+        out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
+        out.indent += 1
+        out.local.append({loop.var})
+        self.recompute(loop, out)
+        self.block_rev(loop.body, out)
+        out.local.pop()
+        out.indent -= 1
+        chunked = parallel.rewrite(self, loop, out.lines[start:], indent, two_pass=True)
+        if chunked is None:
+            del out.lines[start:]
+            return False
+        out.lines[start:] = chunked
+        self.parallel = True
+        return True
 
     def nested_rev(self, stmts, out, key=None):
         out.indent += 1
@@ -610,7 +663,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes), whole,
                        self.simplified_whole_body(), self.whole_tangents, self.whole_value,
-                       changes, fused is not None and self.parallel)
+                       changes, self.parallel)
 
     def simplified(self, source):
         """``source`` without dead declarations and stores (ad/simplify.py)."""

@@ -1,5 +1,5 @@
-"""The parallel schedule of a ``numba.prange`` loop: the fused one-pass vjp, split into chunks
-of iterations that run on several threads.
+"""The parallel schedule of a ``numba.prange`` loop: the fused one-pass vjp, or the two loops of
+the two-pass schedule, split into chunks of iterations that run on several threads.
 
 **The rule.** A ``prange`` loop runs in parallel in the gradient when it is the loop of the fused
 schedule (``ad/fusion.py``: its iterations are independent apart from accumulators ``s += u``,
@@ -30,6 +30,16 @@ take. The adjoint arrays decide how the iterations are split:
 - otherwise one chunk per thread, each taking every nch-th iteration (work that shrinks along
   the loop is shared evenly) and writing into its own zeroed copy of each array, added after.
 
+**The two-pass schedule** (a loop that writes an array, ``out[i] = f(x[i])``, which the fused
+schedule does not take) splits its forward loop and its reverse loop the same way when
+``codegen._Gen.two_pass_parallel`` allows (a loop of the function's own body, of assignments and
+stores, nothing after it reading its values but its accumulators) and neither loop's text saves
+or restores anything: for a prange loop the reverse re-executes its math calls (``tanh``,
+``exp``) instead of saving their values (``residuals._cheap``), so iterations stay independent.
+The reverse then runs in the iterations' own order (any order is the same). A primal array the
+loop writes may be shared by the chunks when each iteration writes its own element and the loop
+never reads it; anything else keeps the loop serial (``# prange: serial in this schedule``).
+
 A write at ``i + a < 0`` would count from the end of the array, into another chunk's elements:
 a loop whose start allows that runs serially (a constant start) or as one chunk (a start known
 at run time). The trip counts of nested loops, saved and restored around each entry, start
@@ -57,9 +67,11 @@ from . import fusion, ir
 from .tape import _TAPE_DTYPES
 
 
-def rewrite(gen, loop, lines, indent):
+def rewrite(gen, loop, lines, indent, two_pass=False):
     """The parallel form of the fused loop ``lines`` (its ``for`` line first, at ``indent``
-    levels), or None where the rule above does not hold."""
+    levels), or None where the rule above does not hold. ``two_pass``: the lines are the
+    forward loop or the reverse loop of the two-pass schedule (``two_pass_loop``), which save
+    nothing and may write a primal array at the iteration's own element."""
     at = next((k for k, ln in enumerate(lines) if not ln.strip().startswith("#")), None)
     if at is None or not lines[at].lstrip().startswith("for "):
         return None
@@ -77,11 +89,13 @@ def rewrite(gen, loop, lines, indent):
     carried_adjoints = {d(v): v for v in carried if v in names.adj}
     outer_adjoints = {d(v): v for v in names.adj if v not in assigned}
 
-    sums, copies, zeros, arrays = {}, {}, {}, {}
+    sums, copies, zeros, arrays, primal = {}, {}, {}, {}, {}
     if "_push_view" in "\n".join(code) or getattr(gen, "rule_lists", None):
         return None                  # whole-array saves, residual lists: not split here
+    if two_pass and re.search(r"\b_(tape|k)_\w+", "\n".join(code)):
+        return None                  # a save or restore: the tape runs through the iterations
     tapes = {}                       # a tape of one iteration (fusion's tape mode): one per chunk
-    for key in getattr(gen, "tapes", ()):
+    for key in ([] if two_pass else getattr(gen, "tapes", ())):
         tapes[f"_tape_{key}"] = f"_tape(16, _np.{_TAPE_DTYPES[key]})"
         tapes[f"_k_{key}"] = "0"
     # values the iteration saves before overwriting and restores before it ends (tape mode):
@@ -115,14 +129,25 @@ def rewrite(gen, loop, lines, indent):
             continue                 # an array the iteration binds itself (assigned first)
         v = outer_adjoints.get(name)
         t = types.get(v) if v is not None else None
+        if two_pass and v is None and isinstance(types.get(name), nbt.Array) \
+                and name not in _read_arrays(tree.body):
+            primal[name] = types[name]   # a primal array the loop writes and never reads
+            continue
         if not (isinstance(t, nbt.Array) and isinstance(t.dtype, nbt.Float)):
             return None              # a write into an array iterations share
         arrays[name] = t
-    if not (sums or arrays):
+    if not (sums or arrays or primal):
         return None                  # nothing to split (and no accumulator to speak of)
     offsets = _stencil_offsets(gen, loop, tree.body, arrays)
+    if primal:
+        # each element of a primal array written by one iteration only (the last writer would
+        # otherwise depend on the order), every iteration's writes disjoint from the others'
+        at = _stencil_offsets(gen, loop, tree.body, primal)
+        if at is None or at[0] != at[1] or offsets is None:
+            return None
+        offsets = (min(offsets[0], at[0]), max(offsets[1], at[1])) if arrays else at
     span = None if offsets is None else offsets[1] - offsets[0]
-    if arrays and offsets is not None and isinstance(loop.start, ir.Const) \
+    if (arrays or primal) and offsets is not None and isinstance(loop.start, ir.Const) \
             and loop.start.value + offsets[0] < 0:
         return None                  # a write at a negative index (from the end): serial
     k = loop.id
@@ -131,10 +156,11 @@ def rewrite(gen, loop, lines, indent):
     if span is None:
         own.update({name: f"{name}_c{k}" for name in arrays})   # private copies
     return comments + _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own,
-                               offsets, tapes)
+                               offsets, tapes, primal)
 
 
-def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, offsets, tapes):
+def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, offsets, tapes,
+             primal):
     k = loop.id
     span = None if offsets is None else offsets[1] - offsets[0]
     nt, nch, c, lo, hi, j, w = (f"_nt{k}", f"_nch{k}", f"_c{k}", f"_lo{k}", f"_hi{k}", f"_k{k}",
@@ -144,7 +170,7 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
     waves = bool(span)
     # a negative index counts from the end: a write at i + a < 0 lands where another chunk
     # writes, so a loop whose start (known at run time) allows one runs as one chunk
-    wraps = "" if span is None or not arrays or isinstance(loop.start, ir.Const) else \
+    wraps = "" if span is None or not (arrays or primal) or isinstance(loop.start, ir.Const) else \
         f" and {loop.start.src()} >= {-offsets[0]}"
     disjoint = span == 0                 # every write at [i, ...]: no two iterations meet
     head = [f"{pad}{nt} = _num_threads()",
@@ -158,10 +184,11 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
                 f"two apart write apart); accumulators per chunk (ad/parallel.py)"] + head
         head.append(f"{pad}{nch} = 2 * {nt} if {n} >= 2 * {nt} * {span + 1}{wraps} else 1")
     elif disjoint:
-        what = "adjoints written at the iteration's own index only, into the shared arrays" \
-            if arrays else "no adjoint array written"
+        what = ("arrays written at the iteration's own index only, in place" if primal else
+                "adjoints written at the iteration's own index only, into the shared arrays")\
+            if arrays or primal else "no adjoint array written"
         head = [f"{pad}# prange: one contiguous chunk of iterations per thread, all at once "
-                f"({what}); accumulators per chunk (ad/parallel.py)"] + head
+                f"({what}){'; accumulators per chunk' if sums else ''} (ad/parallel.py)"] + head
         head.append(f"{pad}{nch} = {nt}{' if ' + wraps[5:] + ' else 1' if wraps else ''}")
     else:
         head = [f"{pad}# prange: one chunk of iterations per thread (every nch-th), each with "
@@ -208,7 +235,7 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
                          + r")(?!\w)")
     extra = "    " * (len(inner) // 4 + 1 - (indent + 1))
     for line in body_lines:
-        if not line.strip().startswith("#"):
+        if own and not line.strip().startswith("#"):
             # names outside string literals (an error message may hold the same words)
             parts = _STRINGS.split(line)
             line = "".join(part if odd % 2 else pattern.sub(lambda m: own[m.group(1)], part)
@@ -260,6 +287,20 @@ def _stencil_offsets(gen, loop, stmts, arrays):
                     return None
                 found.append(offsets[first.id])
     return (min(found), max(found)) if found else (0, 0)
+
+
+def _read_arrays(stmts):
+    """The names the statements read other than as the array of a subscript they assign."""
+    targets = set()
+    for node in ast.walk(ast.Module(body=list(stmts), type_ignores=[])):
+        for t in (node.targets if isinstance(node, ast.Assign) else
+                  [node.target] if isinstance(node, ast.AugAssign) else []):
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                targets.add(id(t.value))
+            if isinstance(node, ast.AugAssign) and isinstance(t, ast.Subscript):
+                targets.discard(id(t.value))         # a[i] += v reads a[i]
+    return {n.id for n in ast.walk(ast.Module(body=list(stmts), type_ignores=[]))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in targets}
 
 
 def _float(t):

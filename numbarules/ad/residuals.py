@@ -110,6 +110,10 @@ def _recomputable_in(loop, sites, types, alias, distinct):
     # the names certainly holding another array throughout the loop (a swap's u and v).
     assigned, written = _loop_changes(loop, types, alias, distinct)
     loop_var = loop.var if isinstance(loop, ir.For) else None
+    # A prange loop's reverse re-executes its math calls too (tanh, exp) rather than saving
+    # their values: with nothing saved its iterations stay independent, and the two-pass
+    # schedule runs its forward and its reverse in parallel chunks (ad/parallel.py)
+    loop_parallel = isinstance(loop, ir.For) and loop.parallel
     ok = set()
     chosen = []
     read_before = set()
@@ -117,7 +121,8 @@ def _recomputable_in(loop, sites, types, alias, distinct):
         is_view = isinstance(s, ir.Assign) and isinstance(types.get(s.target), nbt.Array) \
             and view_base(s.expr, types) is not None and view_base(s.expr, types) not in assigned
         if isinstance(s, ir.Assign) and len(sites.get(s.target, ())) == 1 \
-                and s.target not in read_before and (is_view or _cheap(s.expr, written)) \
+                and s.target not in read_before \
+                and (is_view or _cheap(s.expr, written, pure_math=loop_parallel)) \
                 and (is_view or not isinstance(types.get(s.target), nbt.Array)):
             operands = _reads(s.expr)
             if all(n == loop_var or n not in assigned or n in ok for n in operands):
@@ -134,10 +139,11 @@ def _recomputable_in(loop, sites, types, alias, distinct):
     return chosen
 
 
-def _cheap(expr, written):
+def _cheap(expr, written, pure_math=False):
     """Whether re-executing ``expr`` in the reverse is cheap and gives its forward value, in a
     loop that stores into the arrays ``written``: not an operation on one of those arrays
-    (``u @ x`` reads all of ``u``, which a later iteration changed: a wrong gradient before)."""
+    (``u @ x`` reads all of ``u``, which a later iteration changed: a wrong gradient before).
+    ``pure_math``: any function of the ``math`` module counts (a prange loop's)."""
     if isinstance(expr, (ir.BinOp, ir.UnaryOp, ir.MakeTuple)):
         return not any(n in written for n in _reads(expr))
     if isinstance(expr, (ir.Atom, ir.Attr)):
@@ -145,7 +151,8 @@ def _cheap(expr, written):
     if isinstance(expr, ir.Index):
         return isinstance(expr.a, ir.Name) and expr.a.id not in written
     if isinstance(expr, ir.Call):
-        return (expr.func in _CHEAP_BUILTINS or expr.func in _CHEAP_MATH) and (
+        return (expr.func in _CHEAP_BUILTINS or expr.func in _CHEAP_MATH or (
+            pure_math and getattr(expr.func, "__module__", None) == "math")) and (
             expr.func is len or not any(n in written for n in _reads(expr)))
     return False
 

@@ -88,7 +88,8 @@ FEATURES = {
                 "engine writes as a gather",
     "prange": "a numba.prange reduction loop (neighbours, a gather, an inner loop over the "
               "others, accumulators added and subtracted, a start known at run time; or a loop "
-              "over a matrix's rows with inner loops along each row) as the whole program: the "
+              "over a matrix's rows with inner loops along each row; or a loop writing an array "
+              "at its own index) as the whole program: the "
               "gradient's parallel schedule (ad/parallel.py)",
     "world": "a generic function of the program's own whose methods or rules change after the "
              "first gradients (a more specific method, a replaced method, an int result that "

@@ -2,7 +2,8 @@
 neighbours (``v0[i - 1]``, ``v0[i + 2]``), gather (``v1[(3 * i) % m]``) or run an inner loop over
 the other elements, with accumulators added and subtracted and values computed before the loop,
 sometimes from a start known only at run time (negative: an index from the end); or a loop over
-a matrix's rows with inner loops along each row (a running value, a sum).
+a matrix's rows with inner loops along each row (a running value, a sum); or a loop writing an
+array at its own index (the two-pass schedule).
 Their gradient runs in parallel chunks where ad/parallel.py's rule holds (even and odd chunks for
 a stencil, a chunk per thread with its own adjoint arrays otherwise), serially where it does not.
 
@@ -18,8 +19,11 @@ from .program import Arg, Program
 class PrangeLoops:
     def prange_program(self):
         r = self.prange_r
-        if r.random() < 0.25:
+        pick = r.random()
+        if pick < 0.25:
             return self._prange_rows(r)
+        if pick < 0.45:
+            return self._prange_map(r)
         n = r.randint(12, 40)
         args = [Arg("x0", "f", diff=True), Arg("v0", "v", (n,), "C", diff=True)]
         gather = r.random() < 0.35
@@ -95,6 +99,40 @@ class PrangeLoops:
                                f"        s += {c(r)} * a * t + x0",
                                "        s += a * x0 - t"]))
         lines.append(f"    return s * {c(r)}")
+        return self._prange_finish(args, used, lines)
+
+    def _prange_map(self, r):
+        """A loop writing an array at its own index (the two-pass schedule), reading neighbours,
+        sometimes with an accumulator, a value read after the loop or the written array read
+        in the loop (those two keep it serial)."""
+        n = r.randint(12, 40)
+        args = [Arg("x0", "f", diff=True), Arg("v0", "v", (n,), "C", diff=True)]
+        r.shuffle(args)
+        c = self._prange_const
+        lo, hi = r.randint(0, 2), r.randint(0, 2)
+        used = {"prange loop", "array written at its own index"}
+        # (np.empty_like only where the loop writes every element: the rest is garbage)
+        init = r.choice(["np.zeros_like(v0)", "np.empty_like(v0)" if lo == hi == 0 else
+                         "np.zeros_like(v0)", "v0 * 0.5"])
+        lines = [f"    out = {init}", "    s = 0.0", "    a = 0.0"]
+        stop = f"v0.shape[0] - {hi}" if hi else "v0.shape[0]"
+        lines.append(f"    for i in numba.prange({lo}, {stop}):")
+        reads = [f"v0[i - {o}]" if o > 0 else f"v0[i + {-o}]" if o < 0 else "v0[i]"
+                 for o in range(-hi, lo + 1)]
+        lines.append(f"        a = {self._prange_term(r, reads, ['x0'])}")
+        reads.append("a")
+        if r.random() < 0.15 and init == "v0 * 0.5":
+            reads.append("out[i]")
+            used.add("written array read")
+        lines.append(f"        out[i] = {self._prange_term(r, reads, ['x0'])} * "
+                     f"{self._prange_term(r, reads, ['x0'])}")
+        if r.random() < 0.4:
+            lines.append(f"        s += {self._prange_term(r, reads, ['x0'])}")
+            used.add("accumulator")
+        tail = f" + {c(r)} * a" if r.random() < 0.15 else ""
+        if tail:
+            used.add("last value read after")
+        lines.append(f"    return np.sum(out * out) * {c(r)} + s * x0{tail}")
         return self._prange_finish(args, used, lines)
 
     def _prange_finish(self, args, used, lines):
