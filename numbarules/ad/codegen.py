@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from numba import types as nbt
 
-from . import fusion, gather, ir, parallel, simplify
+from . import gather, ir, parallel, simplify
 from .adjoint_vars import AdjointVariables, forwardable
 from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
@@ -29,7 +29,7 @@ from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
 from .tape import Saves
-from .dataflow import branch_key, part_of, stmt_reads
+from .dataflow import branch_key, part_of
 from .kinds import holds_arrays, is_float_array, is_function
 
 CHECKS = os.environ.get("NUMBARULES_CHECKS", "") not in ("", "0")
@@ -554,24 +554,13 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
 
     def two_pass_parallel(self, loop):
         """Whether the two-pass schedule may run the prange ``loop``'s forward and reverse in
-        parallel chunks (ad/parallel.py): a loop of the function's own body (not nested), of
-        assignments and stores, that saves nothing (residuals: a prange loop's reverse
-        re-executes its math calls) and whose values nothing after it reads but its accumulators'
-        (the chunks leave no last iteration's values behind)."""
-        if not (loop.parallel and self.device is None and not self.fusing and not self.plain) \
-                or id(loop) in self.plan.pushes or id(loop) in self.plan.in_loop \
-                or loop.snapshots is not None or self.snapshots(loop) or self.loop_views(loop) \
-                or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body):
-            return False              # (a save in the loop's text: parallel.rewrite refuses it)
-        body = self.fn.body
-        at = next((k for k, x in enumerate(body) if x is loop), None)
-        if at is None:
-            return False
-        assigned = {x.target for x in loop.body if isinstance(x, ir.Assign)} | {loop.var}
-        later = set().union(*[stmt_reads(x) for x in ir.walk(body[at + 1:])])
-        # accumulators (s += u) are read after the loop: the chunks' sums are added there
-        carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
-        return later & assigned <= carried
+        parallel chunks (ad/parallel.py): its shape allows (``parallel.two_pass_shape``), on
+        the CPU, and nothing saves a value across its iterations (a text with a save or
+        restore: parallel.rewrite refuses it)."""
+        return (loop.parallel and self.device is None and not self.fusing and not self.plain
+                and id(loop) not in self.plan.pushes and id(loop) not in self.plan.in_loop
+                and loop.snapshots is None and not self.snapshots(loop)
+                and not self.loop_views(loop) and parallel.two_pass_shape(self.fn.body, loop))
 
     def parallel_reverse(self, loop, out):
         """The reverse of a prange loop the two-pass schedule splits into chunks (its

@@ -64,7 +64,27 @@ import textwrap
 from numba.core import types as nbt
 
 from . import fusion, ir
+from .dataflow import stmt_reads
 from .tape import _TAPE_DTYPES
+
+
+def two_pass_shape(body, loop):
+    """Whether the prange ``loop`` has the shape whose two-pass forward and reverse may run in
+    chunks: a loop of the function's own ``body`` (not nested, not in a branch), of assignments
+    and stores, whose values nothing after it reads but its accumulators (the chunks leave no
+    last iteration's values behind). The plan (residuals._recomputable) re-executes such a
+    loop's math calls in the reverse rather than saving them."""
+    if not (isinstance(loop, ir.For) and loop.parallel) \
+            or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body):
+        return False
+    at = next((k for k, x in enumerate(body) if x is loop), None)
+    if at is None:
+        return False
+    assigned = {x.target for x in loop.body if isinstance(x, ir.Assign)} | {loop.var}
+    later = set().union(*[stmt_reads(x) for x in ir.walk(body[at + 1:])])
+    # accumulators (s += u) are read after the loop: the chunks' sums are added there
+    carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
+    return later & assigned <= carried
 
 
 def rewrite(gen, loop, lines, indent, two_pass=False):

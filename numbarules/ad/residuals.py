@@ -36,7 +36,11 @@ def _recomputable(body, sites, types, alias, distinct):
             # when the reverse pass reaches the readers: re-executing it per reverse iteration
             # would leave the first iteration's value there instead.
             outside = {n for x in everything if id(x) not in inside for n in stmt_reads(x)}
-            out[s.id] = [x for x in _recomputable_in(s, sites, types, alias, distinct.get(id(s), frozenset()))
+            # (a prange loop of the shape the two-pass schedule splits into chunks re-executes
+            # its math calls too, saving nothing: its iterations stay independent)
+            from .parallel import two_pass_shape
+            out[s.id] = [x for x in _recomputable_in(s, sites, types, alias, distinct.get(id(s), frozenset()),
+                                                     two_pass_shape(body, s))
                          if x.target not in outside]
             out.update(_branch_recomputes(s, out[s.id], everything, sites, types, alias,
                                           distinct.get(id(s), frozenset())))
@@ -102,7 +106,7 @@ def _loop_changes(loop, types, alias, distinct):
     return assigned, written
 
 
-def _recomputable_in(loop, sites, types, alias, distinct):
+def _recomputable_in(loop, sites, types, alias, distinct, pure_math=False):
     body = loop.body
     # A store changes every name that may hold the same array: ``w[i] = ...`` where ``w`` is
     # sometimes ``u`` (bound in a branch) changes the ``u[i]`` a later reverse iteration would
@@ -110,10 +114,9 @@ def _recomputable_in(loop, sites, types, alias, distinct):
     # the names certainly holding another array throughout the loop (a swap's u and v).
     assigned, written = _loop_changes(loop, types, alias, distinct)
     loop_var = loop.var if isinstance(loop, ir.For) else None
-    # A prange loop's reverse re-executes its math calls too (tanh, exp) rather than saving
-    # their values: with nothing saved its iterations stay independent, and the two-pass
-    # schedule runs its forward and its reverse in parallel chunks (ad/parallel.py)
-    loop_parallel = isinstance(loop, ir.For) and loop.parallel
+    # pure_math: a prange loop's reverse re-executes its math calls too (tanh, exp) rather
+    # than saving their values: with nothing saved its iterations stay independent, and the
+    # two-pass schedule runs its forward and its reverse in parallel chunks (ad/parallel.py)
     ok = set()
     chosen = []
     read_before = set()
@@ -122,7 +125,7 @@ def _recomputable_in(loop, sites, types, alias, distinct):
             and view_base(s.expr, types) is not None and view_base(s.expr, types) not in assigned
         if isinstance(s, ir.Assign) and len(sites.get(s.target, ())) == 1 \
                 and s.target not in read_before \
-                and (is_view or _cheap(s.expr, written, pure_math=loop_parallel)) \
+                and (is_view or _cheap(s.expr, written, pure_math=pure_math)) \
                 and (is_view or not isinstance(types.get(s.target), nbt.Array)):
             operands = _reads(s.expr)
             if all(n == loop_var or n not in assigned or n in ok for n in operands):
