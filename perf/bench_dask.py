@@ -11,6 +11,12 @@ and loads; default partitions, two per worker), the first sweep's time, and the 
 workers compiled and loaded. A Dask round trip costs tens of milliseconds: at 20,000 steps
 (0.4 ms a gradient) the whole sweep is shorter than that.
 
+The workers run with glibc's default allocator thresholds: Dask sets ``MALLOC_TRIM_THRESHOLD_``
+in the environment of the worker processes it spawns, which turns off glibc's adjustment of the
+mmap threshold, so every tape of more than 128 kB is a fresh mapping whose pages fault in on each
+gradient (measured: a worker's batch took 1.3-1.9x as long as the same calls in the client).
+docs/dask.md says how to set it for a cluster.
+
 Target: >= 1.6x the throughput of one process; 0 compiles in the workers.
 
 Run: python perf/bench_dask.py [--quick]
@@ -81,6 +87,8 @@ def main(quick=False):
     sizes, repeats = ([(2_000, 16), (50_000, 16)], 3) if quick else \
         ([(20_000, 64), (200_000, 64), (1_000_000, 64)], 5)
     os.environ.setdefault("NUMBARULES_CACHE_DIR", tempfile.mkdtemp(prefix="nr-bench-dask-"))
+    import dask
+    dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None})
     rows = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None, silence_logs=40) as cluster, \
