@@ -309,14 +309,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             out.add(f"for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:")
             self.nested(s.body, out, innermost)
             if s.parallel and self.device is None and not self.fusing:
-                chunked = parallel.rewrite(self, s, out.lines[at:], out.indent, two_pass=True) \
-                    if self.two_pass_parallel(s) else None
-                if chunked is not None:
-                    out.lines[at:] = chunked
-                    self.parallel = True
-                else:
-                    out.lines.insert(at, "    " * out.indent + "# prange: serial in this "
-                                     "schedule (ad/parallel.py)")
+                self.parallelize(s, out, at, two_pass=True)
         elif isinstance(s, ir.While):
             relevant = id(s) in self.plan.reverse_relevant and not self.plain
             w = f"_w{s.id}"

@@ -111,13 +111,18 @@ class FusedVjp:
         out.comment(self.fn, loop.line)
         self.serial_fused_loop(loop, out)
 
-    def parallelize(self, loop, out, start):
+    def parallelize(self, loop, out, start, two_pass=False):
         """The prange loop emitted from ``out.lines[start]`` in parallel chunks where
-        ad/parallel.py's rule allows, else left serial with a comment saying so."""
-        chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent)
+        ad/parallel.py's rule allows, else left serial with a comment saying so. ``two_pass``:
+        the forward loop of the two-pass schedule (codegen's ``two_pass_parallel``)."""
+        chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent, two_pass) \
+            if not two_pass or self.two_pass_parallel(loop) else None
         if chunked is not None:
             out.lines[start:] = chunked
             self.parallel = True
+        elif two_pass:
+            out.lines.insert(start, "    " * out.indent + "# prange: serial in this schedule "
+                             "(ad/parallel.py)")
         else:
             out.lines.insert(start, "    " * out.indent + "# prange: serial here (the "
                              "iterations carry state the parallel schedule does not split)")
