@@ -90,8 +90,9 @@ def two_pass_shape(body, loop):
 def rewrite(gen, loop, lines, indent, two_pass=False):
     """The parallel form of the fused loop ``lines`` (its ``for`` line first, at ``indent``
     levels), or None where the rule above does not hold. ``two_pass``: the lines are the
-    forward loop or the reverse loop of the two-pass schedule (``two_pass_loop``), which save
-    nothing and may write a primal array at the iteration's own element."""
+    forward loop or the reverse loop of the two-pass schedule (``codegen._Gen.
+    two_pass_parallel``), which save nothing and may write a primal array at the iteration's
+    own element."""
     at = next((k for k, ln in enumerate(lines) if not ln.strip().startswith("#")), None)
     if at is None or not lines[at].lstrip().startswith("for "):
         return None
@@ -144,13 +145,14 @@ def rewrite(gen, loop, lines, indent, two_pass=False):
             zeros[name] = types[local_adjoints[name]]
         else:
             return None              # state carried from one iteration to the next: serial
+    read = _read_arrays(tree.body) if two_pass else set()
     for name in sorted(subscripted):
         if name in stored:
             continue                 # an array the iteration binds itself (assigned first)
         v = outer_adjoints.get(name)
         t = types.get(v) if v is not None else None
         if two_pass and v is None and isinstance(types.get(name), nbt.Array) \
-                and name not in _read_arrays(tree.body):
+                and name not in read:
             primal[name] = types[name]   # a primal array the loop writes and never reads
             continue
         if not (isinstance(t, nbt.Array) and isinstance(t.dtype, nbt.Float)):
