@@ -111,6 +111,15 @@ def wrapped_const(x):
 
 
 
+def interior(x):
+    """Neighbours on both sides over the middle of x only: its first and last elements get no
+    term (the gather in chunks zeroes them, its adjoint allocated unfilled)."""
+    s = 0.0
+    for i in numba.prange(2, x.shape[0] - 3):
+        s += (x[i + 1] - x[i - 1]) ** 2 * math.cos(x[i]) + x[i + 2]
+    return s
+
+
 def serial_twin(f):
     """``f`` with ``numba.prange`` meaning ``range``: the same code over globals whose ``numba``
     is a module with ``prange = range`` (the engine differentiates it as a serial loop)."""
@@ -125,6 +134,7 @@ rosenbrock_serial, smooth_serial = serial_twin(rosenbrock), serial_twin(smooth)
 pair_energy_serial, gathered_serial = serial_twin(pair_energy), serial_twin(gathered)
 lse_rows_serial, wrapped_serial = serial_twin(lse_rows), serial_twin(wrapped)
 row_max_times_sum_serial = serial_twin(row_max_times_sum)
+interior_serial = serial_twin(interior)
 
 
 def carried(x):
@@ -184,6 +194,8 @@ mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
 RNG = np.random.default_rng(7)
 CASES = [
     ("waves", rosenbrock, rosenbrock_serial, (RNG.uniform(-1.5, 1.5, 41), 3.0), (0, 1)),
+    ("gather", rosenbrock, rosenbrock_serial, (RNG.uniform(-1.5, 1.5, 41), 3.0), (0,)),
+    ("gather", interior, interior_serial, (RNG.normal(size=27),), (0,)),
     ("waves", smooth, smooth_serial, (RNG.normal(size=37), 0.7), (0, 1)),
     ("rows", lse_rows, lse_rows_serial, (RNG.normal(size=(19, 6)), 1.3), (0, 1)),
     ("rows", row_max_times_sum, row_max_times_sum_serial, (0.72, RNG.normal(size=(13, 6))),
@@ -228,6 +240,11 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
     if schedule == "waves":
         assert "the even ones in parallel, then the odd ones" in src
         assert "_pa_" not in src          # the shared adjoints, written in place
+    elif schedule == "gather":
+        # the forward loop's accumulators per chunk, then the reverse as a gather in chunks,
+        # into an adjoint allocated unfilled (the gather writes or zeroes every element)
+        assert "accumulators per chunk" in src and "its chunks run on the threads" in src
+        assert src.count("_prange(") == 2 and "d_x = _empty_like(x)" in src
     elif schedule == "two passes":
         assert src.count("_prange(") == 2 and "_tape" not in src     # forward and reverse
         assert "arrays written at the iteration's own index only, in place" in src
@@ -242,9 +259,24 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
 def test_a_short_loop_runs_as_one_chunk_and_a_long_one_in_several():
     x = np.linspace(-1.0, 1.0, 5)
     check_grad(rosenbrock, x, 2.0, argnums=(0, 1))      # 4 iterations: fewer than 2 x 2 x 2
+    check_grad(rosenbrock, x, 2.0, argnums=(0,))        # the gather in chunks, 4 iterations
     x = RNG.uniform(-1.0, 1.0, 1001)
     np.testing.assert_allclose(nr.grad(rosenbrock)(x, 2.0), nr.grad(rosenbrock_serial)(x, 2.0),
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 6, 7])
+def test_a_gather_in_chunks_over_an_empty_or_short_loop_leaves_zeros(n, threads):
+    """x of n elements: interior's loop runs max(0, n - 5) times; an empty one takes the
+    scatter's branch, which must zero the adjoint allocated unfilled first."""
+    x = RNG.normal(size=n)
+    value, g = nr.value_and_grad(interior)(x)
+    value_s, g_s = nr.value_and_grad(interior_serial)(x)
+    assert value == pytest.approx(value_s, rel=1e-12, abs=1e-300)
+    np.testing.assert_allclose(g, g_s, rtol=1e-12, atol=0.0)
+    # iterations 2 .. n - 4 read elements 1 .. n - 2: the first and the last get no term
+    assert (g[0] == 0.0 and g[-1] == 0.0 and np.all(g[1:-1] != 0.0)) if n > 5 else \
+        np.all(g == 0.0)
 
 
 def test_a_write_that_may_count_from_the_end_keeps_one_chunk(threads):

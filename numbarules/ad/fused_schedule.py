@@ -101,6 +101,8 @@ class FusedVjp:
 
     def fused_loop(self, loop, out):
         if loop is self.top_fused_loop and loop.parallel and self.device is None:
+            if self.gathered_loop(loop, out, in_chunks=True):
+                return
             out.comment(self.fn, loop.line)
             start = len(out.lines)
             self.serial_fused_loop(loop, out)
@@ -144,13 +146,16 @@ class FusedVjp:
             out.add("pass")
         out.indent -= 1
 
-    def gathered_loop(self, loop, out):
+    def gathered_loop(self, loop, out, in_chunks=False):
         """A stencil-shaped reduction loop in two passes: the forward loop, then its reverse as
         a gather (ad/gather.py), which vectorises where the fused pass's scatter (``g[i] += a;
         g[i + 1] += b``) carried a dependence from one iteration to the next. Whether it applies
         is decided on the text of the reverse loop written the two-kernel way, with each
         iteration's forward values recomputed; the accumulators' own statements stay in the
-        forward loop only (the reverse never reads them: ad/fusion.py)."""
+        forward loop only (the reverse never reads them: ad/fusion.py). ``in_chunks``: a prange
+        loop, both passes in chunks on the threads (the forward loop's accumulators summed per
+        chunk by ad/parallel.py, the gather's elements split between the chunks), or
+        nothing."""
         if self.device is not None or loop is not self.top_fused_loop or loop.step != ir.Const(1) \
                 or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body) \
                 or not gather.GATHER or self.loop_views(loop):
@@ -195,15 +200,45 @@ class FusedVjp:
             return False
         trial.add(f"{j} -= 1")
         trial.lines = [line for line in trial.lines if not line.strip().startswith("#")]
-        if not gather.rewrite(self, trial, 0, [loop]):
+        fresh = gather.rewrite(self, trial, 0, [loop], in_chunks, _untouched_zeros(out.lines))
+        if fresh is None:
             return False
-        out.comment(self.fn, loop.line)
-        out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
-        out.indent += 1
+        forward = _Out()
+        forward.indent = out.indent
+        forward.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
+        forward.indent += 1
         for x in loop.body:
-            self.stmt_fwd(x, out, True)
-        out.indent -= 1
+            self.stmt_fwd(x, forward, True)
+        forward.indent -= 1
+        if in_chunks:
+            chunked = parallel.rewrite(self, loop, forward.lines, out.indent)
+            if chunked is None:
+                return False
+            forward.lines = chunked
+            self.parallel = True
+        for k, line in enumerate(out.lines):
+            m = _ZEROS.fullmatch(line)
+            if m and m.group(1) in fresh:
+                # the gather writes every element (gather.rewrite): no memset first
+                out.lines[k] = line.replace("_zeros_like(", "_empty_like(", 1)
+        out.comment(self.fn, loop.line)
+        out.lines += forward.lines
         out.add(f"{n} = _trip({loop.start.src()}, {loop.stop.src()}, 1)")
         for line in trial.lines:
             out.lines.append(line)
         return True
+
+
+_ZEROS = re.compile(r"    (\w+) = _zeros_like\(\w+\)")
+
+
+def _untouched_zeros(lines):
+    """The adjoint arrays the kernel's header allocates with ``_zeros_like`` that no line after
+    the allocation mentions: still all zeros, and no other name refers to them."""
+    found = set()
+    for k, line in enumerate(lines):
+        m = _ZEROS.fullmatch(line)
+        if m and not any(re.search(rf"(?<![\w.]){re.escape(m.group(1))}\b", later)
+                         for later in lines[k + 1:]):
+            found.add(m.group(1))
+    return found

@@ -94,26 +94,35 @@ def _invariant(a, set_in_nest, hoisted):
 # --- the text side: read the emitted scatter, write the gather -------------------------------
 
 
-def rewrite(gen, out, start, loops):
+def rewrite(gen, out, start, loops, parallel=False, fresh=()):
     """Replace ``out.lines[start:]`` (the scatter reverse of ``loops``) with a guarded gather
-    and the scatter as its fallback, when the emitted body has the shape described above."""
+    and the scatter as its fallback, when the emitted body has the shape described above.
+    ``parallel``: the gather of a ``prange`` loop, its outer loop in chunks on the threads
+    (each element written by one iteration of it: no two chunks meet); only where no scalar
+    is summed in lanes (the lanes are shared by the rows). ``fresh``: adjoint arrays allocated
+    just before (``d_x = _zeros_like(x)``) that nothing has touched since; a 1-D gather writes
+    its elements without reading them and zeroes only the ones no iteration reaches (the
+    caller then allocates them with ``_empty_like``). Returns the arrays it so treated (a
+    set, possibly empty), or None where it did not rewrite."""
     lines = out.lines[start:]
     if not lines:
-        return False
+        return None
     pad = len(lines[0]) - len(lines[0].lstrip())
     try:
         tree = ast.parse(textwrap.dedent("\n".join(lines)))
     except SyntaxError:
-        return False
+        return None
     nest = _read_nest(tree.body, len(loops))
     if nest is None:
-        return False
+        return None
     plan = _Plan.of(gen, nest)
-    if plan is None:
-        return False
-    text = plan.emit(loops[0].id, lines, pad)
+    if plan is None or (parallel and plan.scalars):
+        return None
+    written = {site.array for site in plan.sites}
+    plan.fresh = set(fresh) & written if len(nest.vars) == 1 else set()
+    text = plan.emit(loops[0].id, lines, pad, parallel)
     out.lines[start:] = text
-    return True
+    return plan.fresh
 
 
 class _Nest:
@@ -392,7 +401,7 @@ class _Plan:
                 need |= _names_in(x.value)
         return [ast.unparse(self.nest.body[pos]) for pos in sorted(keep)]
 
-    def emit(self, sid, original, pad):
+    def emit(self, sid, original, pad, parallel=False):
         nest = self.nest
         depth = len(nest.vars)
         lo, n, v = nest.starts, nest.counts, nest.vars
@@ -434,11 +443,40 @@ class _Plan:
             for other in [a for a, _, _ in self.zeros] + self.read:
                 if isinstance(self._type(other), nbt.Array):
                     conds.append(f"_apart({array}, {other})")
-        add(0, f"{_HEAD}: each adjoint element written once, so the loop vectorises")
+        add(0, f"{_HEAD}: each adjoint element written once, so the loop vectorises"
+               + (" and its chunks run on the threads" if parallel else ""))
         add(0, "# (ad/gather.py); the scatter below runs where arrays may overlap or a loop is empty")
         add(0, f"if {' and '.join(dict.fromkeys(conds))}:")
+        if parallel:
+            add(1, f"_gnt{sid} = _num_threads()")
+        z = f"_z{sid}"
+        for array, offsets in groups.items():
+            if array in self.fresh:
+                # allocated unfilled: zero the elements no iteration reaches, write the others
+                first = int(lo[0]) + min(o[0] for o in offsets)
+                span = max(o[0] for o in offsets) - min(o[0] for o in offsets)
+                end = plus(str(first), n[0] if not span else f"{n[0]} + {span}")
+                if first > 0:
+                    add(1, f"for {z} in range({first}):")
+                    add(2, f"{array}[{z}] = 0.0")
+                add(1, f"for {z} in range({end}, {array}.shape[0]):")
+                add(2, f"{array}[{z}] = 0.0")
 
-        def loops(level, names, ranges):
+        def loops(level, names, ranges, chunks=False):
+            if chunks:
+                # the outer loop in one contiguous chunk per thread, counted from 0 from a
+                # non-negative start (so that LLVM still sees non-negative indices and
+                # vectorises, as it does the serial gather's loop from 0)
+                c, c_lo, c_hi, c_k = (f"_gc{sid}", f"_glo{sid}", f"_ghi{sid}", f"_gk{sid}")
+                add(level, f"for {c} in _prange(_gnt{sid}):")
+                add(level + 1, f"{c_lo} = max(({ranges[0]}) * {c} // _gnt{sid}, 0)")
+                add(level + 1, f"{c_hi} = ({ranges[0]}) * ({c} + 1) // _gnt{sid}")
+                add(level + 1, f"for {c_k} in range({c_hi} - {c_lo}):")
+                add(level + 2, f"{names[0]} = {c_lo} + {c_k}")
+                level += 1
+                for k in range(1, depth):
+                    add(level + k, f"for {names[k]} in range({ranges[k]}):")
+                return level + depth
             for k in range(depth):
                 add(level + k, f"for {names[k]} in range({ranges[k]}):")
             return level + depth
@@ -464,7 +502,7 @@ class _Plan:
                 ext.append((lo_k, f"{n[k]} + {hi_k - lo_k}" if hi_k > lo_k else n[k]))
             at_q = [shift(plus(lo[k], m[k]), ext[k][0]) for k in range(depth)]
             names = [m[k] if at_q[k] == m[k] else q[k] for k in range(depth)]
-            lvl = loops(1, m, [e for _, e in ext])
+            lvl = loops(1, m, [e for _, e in ext], parallel)
             for k in range(depth):
                 if names[k] != m[k]:
                     add(lvl, f"{q[k]} = {at_q[k]}")
@@ -486,7 +524,7 @@ class _Plan:
                     at = f"{lanes[a]}[{shift(v[1], -int(lo[1]))}]"
                     add(lvl + 1, f"{at} = {at} {sign} {_term(e)}")
             at = f"{array}[{', '.join(names)}]"
-            add(lvl, f"{at} = {at} + {g}")
+            add(lvl, f"{at} = {g}" if array in self.fresh else f"{at} = {at} + {g}")
         if lanes:
             add(1, f"for {m[1]} in range({n[1]}):")
             for a, name in lanes.items():
@@ -512,6 +550,9 @@ class _Plan:
             add(1, f"{k_name} -= {n[0]}")
             add(1, f"{count} = {tape}[{k_name}]")
         add(0, "else:")
+        for array in sorted(self.fresh):
+            add(1, f"for {z} in range({array}.shape[0]):")
+            add(2, f"{array}[{z}] = 0.0")
         out += ["    " + line for line in original]
         return out
 

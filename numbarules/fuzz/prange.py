@@ -1,7 +1,8 @@
 """Programs with a ``numba.prange`` loop: a reduction over an array whose iterations read
 neighbours (``v0[i - 1]``, ``v0[i + 2]``), gather (``v1[(3 * i) % m]``) or run an inner loop over
 the other elements, with accumulators added and subtracted and values computed before the loop,
-sometimes from a start known only at run time (negative: an index from the end); or a loop over
+sometimes from a start known only at run time (negative: an index from the end), sometimes with
+the scalars held fixed (then a stencil's reverse is a gather in chunks); or a loop over
 a matrix's rows with inner loops along each row (a running value, a sum); or a loop writing an
 array at its own index (the two-pass schedule).
 Their gradient runs in parallel chunks where ad/parallel.py's rule holds (even and odd chunks for
@@ -25,16 +26,19 @@ class PrangeLoops:
         if pick < 0.45:
             return self._prange_map(r)
         n = r.randint(12, 40)
-        args = [Arg("x0", "f", diff=True), Arg("v0", "v", (n,), "C", diff=True)]
+        # scalars held fixed (not differentiated): no scalar adjoint is summed, so a stencil's
+        # reverse becomes a gather in chunks (ad/gather.py, parallel)
+        held = r.random() < 0.25
+        args = [Arg("x0", "f", diff=not held), Arg("v0", "v", (n,), "C", diff=True)]
         gather = r.random() < 0.35
         if gather:
             args.append(Arg("v1", "v", (r.randint(3, 9),), "C", diff=True))
         if r.random() < 0.4:
-            args.append(Arg("x1", "f", diff=True))
+            args.append(Arg("x1", "f", diff=not held))
         r.shuffle(args)
         names = {a.name for a in args}
         lo, hi = r.randint(0, 2), r.randint(0, 2)
-        used = {"prange loop"}
+        used = {"prange loop"} | ({"scalars held fixed"} if held else set())
         lines = ["    s = 0.0"]
         scalars = ["x0"] + (["x1"] if "x1" in names else [])
         if r.random() < 0.6:

@@ -335,6 +335,23 @@ def zeros_like(typingctx, a):
     return result(a), codegen
 
 
+@numba_intrinsic
+def empty_like(typingctx, a):
+    """``np.empty_like(a)`` (``zeros_like``'s array, not filled), for an adjoint array whose
+    every element the code after it writes before reading (ad/gather.py's ``fresh``): the
+    memset of a large array is a serial pass over memory, which a parallel gradient pays on one
+    thread."""
+    if not isinstance(a, types.Array):
+        return None
+    result = array_type_like(a)
+
+    def codegen(context, builder, sig, args):
+        src = make_array(sig.args[0])(context, builder, value=args[0])
+        shapes = cgutils.unpack_tuple(builder, src.shape, count=sig.args[0].ndim)
+        return _new_array(context, builder, sig.return_type, shapes, slack=True)._getvalue()
+    return result(a), codegen
+
+
 # --- 7. trampolines: a function whose calls compile as calls of another -------------------------
 
 def trampoline(func, target):
