@@ -27,6 +27,13 @@ array the body reads (``runtime._apart``); otherwise the scatter, kept beside it
 are the same numbers added in another order: array elements within a few ulp of the scatter,
 lane sums within (rows + columns) rounding steps of the terms' magnitudes instead of (rows x
 columns). ``NUMBARULES_GATHER=0`` turns the rewrite off; tests set ``GATHER`` to compare both.
+
+In a single loop the guards are needed only at the ends: the elements every offset's term
+reaches (the interior) run in a loop of their own without them, counted from 0 over a base
+LLVM can see is non-negative (so Numba's negative-index wraparound folds away and the loop
+vectorises without masks). An adjoint array nothing has touched since its allocation is
+written without being read and allocated unfilled (``fresh``), and a ``prange`` loop's gather
+runs its outer loop in chunks on the threads (``parallel``).
 """
 
 import ast
@@ -502,29 +509,66 @@ class _Plan:
                 ext.append((lo_k, f"{n[k]} + {hi_k - lo_k}" if hi_k > lo_k else n[k]))
             at_q = [shift(plus(lo[k], m[k]), ext[k][0]) for k in range(depth)]
             names = [m[k] if at_q[k] == m[k] else q[k] for k in range(depth)]
-            lvl = loops(1, m, [e for _, e in ext], parallel)
-            for k in range(depth):
-                if names[k] != m[k]:
-                    add(lvl, f"{q[k]} = {at_q[k]}")
-            add(lvl, f"{g} = 0.0")
-            for offs in offsets:
-                group = [s for s in mine if tuple(s.offsets) == offs]
-                sums = [(a, e, sign) for a, e, sign, _ in self.scalars] \
-                    if w == 0 and offs == (0,) * depth else []
+
+            def element(lvl, guarded=True):
+                """The sum of the terms reaching one element, and its write."""
                 for k in range(depth):
-                    add(lvl, f"{v[k]} = {shift(names[k], -offs[k])}")
-                add(lvl, f"if {' and '.join(in_box(k) for k in range(depth))}:")
-                upto = max([s.position for s in group] + [p for _, _, _, p in self.scalars if sums])
-                for line in self._slice([s.expr for s in group] + [e for _, e, _ in sums], upto + 1):
-                    add(lvl + 1, line)
-                if group:
-                    terms = " ".join(f"{s.sign} {_term(s.expr)}" for s in group)
-                    add(lvl + 1, f"{g} = {g} {terms}")
-                for a, e, sign in sums:
-                    at = f"{lanes[a]}[{shift(v[1], -int(lo[1]))}]"
-                    add(lvl + 1, f"{at} = {at} {sign} {_term(e)}")
-            at = f"{array}[{', '.join(names)}]"
-            add(lvl, f"{at} = {g}" if array in self.fresh else f"{at} = {at} + {g}")
+                    if names[k] != m[k]:
+                        add(lvl, f"{q[k]} = {at_q[k]}")
+                add(lvl, f"{g} = 0.0")
+                for offs in offsets:
+                    group = [s for s in mine if tuple(s.offsets) == offs]
+                    sums = [(a, e, sign) for a, e, sign, _ in self.scalars] \
+                        if w == 0 and offs == (0,) * depth else []
+                    for k in range(depth):
+                        add(lvl, f"{v[k]} = {shift(names[k], -offs[k])}")
+                    inner = lvl
+                    if guarded:
+                        add(lvl, f"if {' and '.join(in_box(k) for k in range(depth))}:")
+                        inner = lvl + 1
+                    upto = max([s.position for s in group]
+                               + [p for _, _, _, p in self.scalars if sums])
+                    for line in self._slice([s.expr for s in group] + [e for _, e, _ in sums],
+                                            upto + 1):
+                        add(inner, line)
+                    if group:
+                        terms = " ".join(f"{s.sign} {_term(s.expr)}" for s in group)
+                        add(inner, f"{g} = {g} {terms}")
+                    for a, e, sign in sums:
+                        at = f"{lanes[a]}[{shift(v[1], -int(lo[1]))}]"
+                        add(inner, f"{at} = {at} {sign} {_term(e)}")
+                at = f"{array}[{', '.join(names)}]"
+                add(lvl, f"{at} = {g}" if array in self.fresh else f"{at} = {at} + {g}")
+
+            if depth > 1:
+                element(loops(1, m, [e for _, e in ext], parallel))
+                continue
+            # One loop: element m gets a term from every offset exactly when span <= m < n (the
+            # interior). There the terms go unguarded, counted from 0 over a base LLVM can see
+            # is non-negative, and the loop vectorises without masks; the guarded body runs at
+            # the edges only (a few elements). Measured at 10^6: 0.59 ms against 0.68 for the
+            # guarded loop over everything (docs/numba-internals.md).
+            span_ = max(o[0] for o in offsets) - min(o[0] for o in offsets)
+            lvl = 1
+            c_lo, c_hi = "0", ext[0][1]
+            if parallel:
+                c, c_lo, c_hi = f"_gc{sid}", f"_glo{sid}", f"_ghi{sid}"
+                add(1, f"for {c} in _prange(_gnt{sid}):")
+                add(2, f"{c_lo} = max(({ext[0][1]}) * {c} // _gnt{sid}, 0)")
+                add(2, f"{c_hi} = ({ext[0][1]}) * ({c} + 1) // _gnt{sid}")
+                lvl = 2
+            a, b, e = f"_ga{sid}", f"_gb{sid}", f"_ge{sid}"
+            add(lvl, f"{a} = {f'max({c_lo}, {span_})' if parallel else str(span_)}")
+            add(lvl, f"{b} = min({c_hi}, {n[0]})")
+            add(lvl, "# the elements at the ends, which some iteration's term misses: guarded")
+            add(lvl, f"for {e} in range(2):")
+            add(lvl + 1, f"for {m[0]} in range({c_lo} if {e} == 0 else max({a}, {b}), "
+                         f"min({a}, {c_hi}) if {e} == 0 else {c_hi}):")
+            element(lvl + 2)
+            add(lvl, "# the others, which every offset's term reaches: no guard, so it vectorises")
+            add(lvl, f"for {m[0]}_ in range({b} - {a}):")
+            add(lvl + 1, f"{m[0]} = {a} + {m[0]}_")
+            element(lvl + 1, guarded=False)
         if lanes:
             add(1, f"for {m[1]} in range({n[1]}):")
             for a, name in lanes.items():
