@@ -114,6 +114,49 @@ def test_map_grad_gives_the_gradients_computed_here(client):
     np.testing.assert_allclose(mean, np.mean(here, axis=0), rtol=1e-12)
 
 
+def test_compute_takes_futures_and_gives_the_bags_results(client, monkeypatch):
+    ps, s0 = _params(11, seed=2), np.array([1.0, 0.0])
+    mg = nr.dask.map_grad(pendulum, over=0, value=True)
+    bag = mg(ps, s0, 1e-2, 250).compute()
+    for npartitions in (None, 1, 3, 11, 40):
+        out = mg.compute(ps, s0, 1e-2, 250, npartitions=npartitions)
+        assert len(out) == 11
+        for (v, g), (v2, g2) in zip(out, bag):
+            assert v == v2
+            np.testing.assert_array_equal(g, g2)
+    g = nr.dask.map_grad(pendulum, over=0)
+    here = [nr.grad(pendulum)(p, s0, 1e-2, 250) for p in ps]
+    np.testing.assert_allclose(g.compute(ps, s0, 1e-2, 250, reduce="sum"), np.sum(here, axis=0),
+                               rtol=1e-12)
+    np.testing.assert_allclose(g.compute(ps, s0, 1e-2, 250, reduce="mean", npartitions=4),
+                               np.mean(here, axis=0), rtol=1e-12)
+    # value_and_grad results summed: the values and the gradients, each
+    v_sum, g_sum = mg.compute(ps, s0, 1e-2, 250, reduce="sum")
+    assert v_sum == pytest.approx(sum(v for v, _ in bag), rel=1e-12)
+    np.testing.assert_allclose(g_sum, np.sum(here, axis=0), rtol=1e-12)
+    # structs out, tangents back
+    springs = [Spring(1.0 + i, np.full(3, 0.1 * i)) for i in range(4)]
+    x = np.array([1.0, 2.0, 3.0])
+    total = nr.dask.map_grad(spring_energy, over=0).compute(springs, x, reduce="sum")
+    assert type(total) is nr.Tangent[Spring]
+    assert total.k == pytest.approx(sum(nr.grad(spring_energy)(s, x).k for s in springs),
+                                    rel=1e-12)
+    # an error in a worker is the same error here
+    with pytest.raises(nr.NoMethodError, match="no method of shape_energy"):
+        nr.dask.map_grad(with_rule, over=0).compute([np.arange(3)], 2.0)
+    with pytest.raises(ValueError, match="reduce must be"):
+        g.compute(ps, s0, 1e-2, 250, reduce="max")
+    # without a distributed client: the bag, on the current Dask scheduler
+    import distributed
+
+    def no_client():
+        raise ValueError("No clients found")
+    monkeypatch.setattr(distributed, "default_client", no_client)
+    out = g.compute(ps[:3], s0, 1e-2, 250)
+    for a, b in zip(out, here[:3]):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=0)
+
+
 def damped(p, state0, dt, nsteps):
     """A function no worker has seen before test_workers_load_what_the_client_compiled."""
     return pendulum(p, state0, dt, nsteps) * 0.5
