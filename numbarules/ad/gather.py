@@ -104,9 +104,9 @@ def _invariant(a, set_in_nest, hoisted):
 def rewrite(gen, out, start, loops, parallel=False, fresh=()):
     """Replace ``out.lines[start:]`` (the scatter reverse of ``loops``) with a guarded gather
     and the scatter as its fallback, when the emitted body has the shape described above.
-    ``parallel``: the gather of a ``prange`` loop, its outer loop in chunks on the threads
-    (each element written by one iteration of it: no two chunks meet); only where no scalar
-    is summed in lanes (the lanes are shared by the rows). ``fresh``: adjoint arrays allocated
+    ``parallel``: the gather of a single ``prange`` loop, in chunks on the threads (each
+    element written by one iteration of the gather: no two chunks meet), with no scalar summed
+    (a scalar's sum would run through the chunks). ``fresh``: adjoint arrays allocated
     just before (``d_x = _zeros_like(x)``) that nothing has touched since; a 1-D gather writes
     its elements without reading them and zeroes only the ones no iteration reaches (the
     caller then allocates them with ``_empty_like``). Returns the arrays it so treated (a
@@ -123,7 +123,7 @@ def rewrite(gen, out, start, loops, parallel=False, fresh=()):
     if nest is None:
         return None
     plan = _Plan.of(gen, nest)
-    if plan is None or (parallel and plan.scalars):
+    if plan is None or (parallel and (plan.scalars or len(nest.vars) > 1)):
         return None
     written = {site.array for site in plan.sites}
     plan.fresh = set(fresh) & written if len(nest.vars) == 1 else set()
@@ -469,21 +469,7 @@ class _Plan:
                 add(1, f"for {z} in range({end}, {array}.shape[0]):")
                 add(2, f"{array}[{z}] = 0.0")
 
-        def loops(level, names, ranges, chunks=False):
-            if chunks:
-                # the outer loop in one contiguous chunk per thread, counted from 0 from a
-                # non-negative start (so that LLVM still sees non-negative indices and
-                # vectorises, as it does the serial gather's loop from 0)
-                c, c_lo, c_hi, c_k = (f"_gc{sid}", f"_glo{sid}", f"_ghi{sid}", f"_gk{sid}")
-                add(level, f"for {c} in _prange(_gnt{sid}):")
-                add(level + 1, f"{c_lo} = max(({ranges[0]}) * {c} // _gnt{sid}, 0)")
-                add(level + 1, f"{c_hi} = ({ranges[0]}) * ({c} + 1) // _gnt{sid}")
-                add(level + 1, f"for {c_k} in range({c_hi} - {c_lo}):")
-                add(level + 2, f"{names[0]} = {c_lo} + {c_k}")
-                level += 1
-                for k in range(1, depth):
-                    add(level + k, f"for {names[k]} in range({ranges[k]}):")
-                return level + depth
+        def loops(level, names, ranges):
             for k in range(depth):
                 add(level + k, f"for {names[k]} in range({ranges[k]}):")
             return level + depth
@@ -540,8 +526,8 @@ class _Plan:
                 at = f"{array}[{', '.join(names)}]"
                 add(lvl, f"{at} = {g}" if array in self.fresh else f"{at} = {at} + {g}")
 
-            if depth > 1 or not parallel:
-                element(loops(1, m, [e for _, e in ext], parallel))
+            if not parallel:
+                element(loops(1, m, [e for _, e in ext]))
                 continue
             # One loop in chunks: element m gets a term from every offset exactly when
             # span <= m < n (the interior). There the terms go unguarded, counted from 0 over a
