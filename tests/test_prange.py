@@ -237,6 +237,10 @@ def test_a_prange_gradient_is_the_serial_one(schedule, f, serial, args, argnums,
 def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums):
     src = nr.code(nr.value_and_grad(f, argnums), *args, kind="vjp")
     assert "_prange(" in src
+    # adjoint arrays allocated unfilled, zeroed in parts on the threads (or written whole by a
+    # gather): no serial memset before the chunks
+    assert "_zeros_like(" not in src
+    src = src.replace("_prange(_znt)", "")      # (that part's prange)
     if schedule == "waves":
         assert "the even ones in parallel, then the odd ones" in src
         assert "_pa_" not in src          # the shared adjoints, written in place
@@ -346,3 +350,34 @@ def test_a_prange_gradient_inside_a_parallel_batch_loop():
     got = batch(xs)
     for b in range(6):
         np.testing.assert_allclose(got[b], nr.grad(rosenbrock_serial)(xs[b], 2.0), rtol=1e-12)
+
+
+def test_zero_part_zeroes_exactly_its_share_of_the_bytes():
+    """A parallel kernel allocates its adjoint arrays unfilled and zeroes them in parts on the
+    threads (ad/parallel.py zeroed_in_chunks): part c of n is bytes [nbytes c / n, nbytes
+    (c + 1) / n), and the parts together are the whole array, with nothing outside touched."""
+    from numbarules.ad.runtime import _zero_part
+
+    @numba.njit
+    def part(a, c, n):
+        _zero_part(a, c, n)
+
+    def filled(shape):
+        a = np.empty(shape)
+        a.reshape(-1).view(np.uint8)[:] = 0xAB      # no byte of it zero
+        return a
+
+    for shape in [(7,), (3, 5), (1,), (0,), (2, 3, 4)]:
+        for n in (1, 2, 3, 8):
+            whole = filled(shape)
+            for c in range(n):
+                a = filled(shape)
+                part(a, c, n)
+                b = a.reshape(-1).view(np.uint8)
+                lo, hi = b.size * c // n, b.size * (c + 1) // n
+                assert np.all(b[lo:hi] == 0) and np.all(b[:lo] == 0xAB) and np.all(b[hi:] == 0xAB)
+                part(whole, c, n)
+            assert np.all(whole == 0.0)
+    f = np.asfortranarray(np.full((4, 3), 2.0))
+    part(f, 0, 1)
+    assert np.all(f == 0.0)

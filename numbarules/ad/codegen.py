@@ -642,10 +642,15 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             whole = None
         fwd, bwd = self.simplified(fwd), self.simplified(bwd)
         fused, whole = fused and self.simplified(fused), whole and self.simplified(whole)
+        body = self.simplified_whole_body()
+        if self.parallel:
+            # the kernels that run chunks on threads zero their adjoint arrays on them too
+            fused, whole = (text and "\n".join(parallel.zeroed_in_chunks(text.split("\n")))
+                            for text in (fused, whole))
+            body = tuple(parallel.zeroed_in_chunks(body))
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes), whole,
-                       self.simplified_whole_body(), self.whole_tangents, self.whole_value,
-                       changes, self.parallel)
+                       body, self.whole_tangents, self.whole_value, changes, self.parallel)
 
     def simplified(self, source):
         """``source`` without dead declarations and stores (ad/simplify.py)."""

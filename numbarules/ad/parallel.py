@@ -286,6 +286,36 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
     return head
 
 
+_ZEROS = re.compile(r"    (\w+) = _zeros_like\((\w+)\)")
+
+
+def zeroed_in_chunks(lines):
+    """The lines of a parallel kernel with its adjoint arrays allocated unfilled and zeroed in
+    parts, one part per thread: a ``np.zeros_like`` of a large array is one memset, a pass over
+    memory (and its first page faults) on one thread, which the rest of a parallel gradient
+    then waits for (W4's 32 MB adjoint: about 1.5 ms). Each run of header allocations
+    (``d_x = _zeros_like(x)``, at the function's top level) gets one ``prange`` after it."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            out.append("    # the adjoint arrays zeroed in parts on the threads (ad/parallel.py)")
+            out.append("    _znt = _num_threads()")
+            out.append("    for _zc in _prange(_znt):")
+            out.extend(f"        _zero_part({name}, _zc, _znt)" for name in run)
+            run.clear()
+    for line in lines:
+        m = _ZEROS.fullmatch(line)
+        if m:
+            out.append(f"    {m.group(1)} = _empty_like({m.group(2)})")
+            run.append(m.group(1))
+            continue
+        flush()
+        out.append(line)
+    flush()
+    return out
+
+
 _STRINGS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
 

@@ -36,6 +36,7 @@ _tape = intrinsics.new_tape              # _tape(16, _np.float64): np.empty(16, 
 _reserve = intrinsics.reserve_tape       # _reserve(t, used, more): t, or a copy twice as long
 _zeros_like = intrinsics.zeros_like      # _zeros_like(x): np.zeros_like(x)
 _empty_like = intrinsics.empty_like      # _empty_like(x): np.empty_like(x) (ad/gather.py's fresh)
+_zero_part = intrinsics.zero_part        # _zero_part(a, c, n): part c of n of a's bytes zeroed
 
 
 _push_view = intrinsics.push_view      # _push_view(t, used, a): t grown, a's elements after used
@@ -102,6 +103,7 @@ def _rule_shape(tangent, arg, message):
 HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv_start, "_rv_next": _rv_next, "_pow_da": _pow_da, "_pow_db": _pow_db, "_cast": _cast, "_rule_shape": _rule_shape,
            "_trip": _trip, "_apart": _apart, "_reserve": _reserve, "_tape": _tape, "_iadd": _iadd,
            "_push_view": _push_view, "_restore": _restore, "_zeros_like": _zeros_like, "_empty_like": _empty_like,
+           "_zero_part": _zero_part,
            "_np": np,
            # a prange loop's parallel schedule (ad/parallel.py)
            "_prange": numba.prange, "_num_threads": numba.get_num_threads}

@@ -336,6 +336,29 @@ def zeros_like(typingctx, a):
 
 
 @numba_intrinsic
+def zero_part(typingctx, a, c, nch):
+    """Zero part ``c`` of ``nch`` of the bytes of ``a``, an array ``empty_like`` made (contiguous,
+    not empty-strided): a parallel kernel zeroes its adjoint arrays in a ``prange`` over the
+    parts (ad/parallel.py ``zeroed_in_chunks``), where one memset would run on one thread."""
+    if not (isinstance(a, types.Array) and a.layout in "CF" and isinstance(c, types.Integer)
+            and isinstance(nch, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = make_array(sig.args[0])(context, builder, value=args[0])
+        intp = context.get_value_type(types.intp)
+        c_, n_ = (context.cast(builder, v, t, types.intp)
+                  for v, t in zip(args[1:], sig.args[1:]))
+        nbytes = builder.mul(ary.itemsize, ary.nitems)
+        lo = builder.sdiv(builder.mul(nbytes, c_), n_)
+        hi = builder.sdiv(builder.mul(nbytes, builder.add(c_, intp(1))), n_)
+        start = builder.gep(builder.bitcast(ary.data, llvm_ir.IntType(8).as_pointer()), [lo])
+        cgutils.memset(builder, start, builder.sub(hi, lo), 0)
+        return context.get_dummy_value()
+    return types.none(a, c, nch), codegen
+
+
+@numba_intrinsic
 def empty_like(typingctx, a):
     """``np.empty_like(a)`` (``zeros_like``'s array, not filled), for an adjoint array whose
     every element the code after it writes before reading (ad/gather.py's ``fresh``): the
