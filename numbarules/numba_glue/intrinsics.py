@@ -322,6 +322,11 @@ def zeros_like(typingctx, a):
     here cost nothing extra to compile. The result type is ``np.zeros_like``'s: the
     same layout (C for a non-contiguous ``a``), writable.
     """
+    return _array_like(a, zeroed=True)
+
+
+def _array_like(a, zeroed):
+    """The typing and code of ``zeros_like`` / ``empty_like``."""
     if not isinstance(a, types.Array):
         return None
     result = array_type_like(a)
@@ -330,7 +335,8 @@ def zeros_like(typingctx, a):
         src = make_array(sig.args[0])(context, builder, value=args[0])
         shapes = cgutils.unpack_tuple(builder, src.shape, count=sig.args[0].ndim)
         out = _new_array(context, builder, sig.return_type, shapes, slack=True)
-        cgutils.memset(builder, out.data, builder.mul(out.itemsize, out.nitems), 0)
+        if zeroed:
+            cgutils.memset(builder, out.data, builder.mul(out.itemsize, out.nitems), 0)
         return out._getvalue()
     return result(a), codegen
 
@@ -364,15 +370,7 @@ def empty_like(typingctx, a):
     every element the code after it writes before reading (ad/gather.py's ``fresh``): the
     memset of a large array is a serial pass over memory, which a parallel gradient pays on one
     thread."""
-    if not isinstance(a, types.Array):
-        return None
-    result = array_type_like(a)
-
-    def codegen(context, builder, sig, args):
-        src = make_array(sig.args[0])(context, builder, value=args[0])
-        shapes = cgutils.unpack_tuple(builder, src.shape, count=sig.args[0].ndim)
-        return _new_array(context, builder, sig.return_type, shapes, slack=True)._getvalue()
-    return result(a), codegen
+    return _array_like(a, zeroed=False)
 
 
 # --- 7. trampolines: a function whose calls compile as calls of another -------------------------
