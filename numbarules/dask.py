@@ -38,18 +38,18 @@ from . import api
 __all__ = ["map_grad", "MapGrad", "add_tangents", "scale_tangent", "cache_info"]
 
 
-def map_grad(f, argnums=0, *, over=0, value=False, boundscheck=False):
+def map_grad(f, argnums=0, *, over=0, value=False, boundscheck=False, fastmath=False):
     """``nr.grad(f, argnums)`` (``value=True``: ``nr.value_and_grad``) mapped over the items of the
     positional arguments ``over`` (an int or a tuple of ints) on a Dask cluster."""
-    return MapGrad(f, argnums, over, value, boundscheck)
+    return MapGrad(f, argnums, over, value, boundscheck, fastmath)
 
 
 class MapGrad:
     """A gradient to map over many inputs; call it with the arguments (see ``map_grad``)."""
 
-    def __init__(self, f, argnums, over, value, boundscheck):
+    def __init__(self, f, argnums, over, value, boundscheck, fastmath=False):
         self.gradient = (api.value_and_grad if value else api.grad)(
-            f, argnums, boundscheck=boundscheck)
+            f, argnums, boundscheck=boundscheck, fastmath=fastmath)
         over = (over,) if isinstance(over, int) and not isinstance(over, bool) else over
         if not isinstance(over, tuple) or not over or not all(
                 isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in over):

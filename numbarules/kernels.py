@@ -15,10 +15,10 @@ import threading
 
 import numpy as np
 
-from . import (cache, entries, function_values, methods, numba_glue, probes, profile, registry,
-               rules, targets)
-from .ad import (adjoints, analysis, closures, codegen, dataflow, frontend, ir, kinds, partials,
-                 runtime)
+from . import (cache, compile_flags, entries, function_values, methods, numba_glue, probes,
+               profile, registry, rules, targets)
+from .ad import (adjoints, analysis, closures, codegen, dataflow, fastmath, frontend, ir, kinds,
+                 partials, runtime)
 from .dispatch import GenericFunction, Method
 from .errors import (CompilationError, DifferentiationError, DispatchError, RuleError,
                      UnsupportedSyntaxError)
@@ -26,7 +26,7 @@ from .structs import Tangent, isstruct
 
 _ALLOCS = {np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like}
 # A specialization is held by its target (the function, method or rule: numbarules.registry),
-# in its table "_nr_ad": (argtypes, mask, bounds) -> Spec; _LIVE enumerates them.
+# in its table "_nr_ad": (argtypes, mask, flags) -> Spec; _LIVE enumerates them.
 _LIVE = registry.Alive()
 # Kernel names: the function's name, then _2, _3, ... for its next specializations in this
 # process, so that ``nr.code`` in a fresh process shows the same names every time.
@@ -80,11 +80,11 @@ class Spec:
         _LIVE.discard(self)
 
 
-def specialize(target, argtypes, mask, bounds=False):
-    """The (cached) AD specialization of a Method or function at ``argtypes``. ``bounds``: its
-    kernels (and its callees') check every index against the array's bounds (IndexError), as
-    Numba's ``boundscheck=True`` does."""
-    key = (tuple(argtypes), tuple(mask), bool(bounds))
+def specialize(target, argtypes, mask, flags=compile_flags.DEFAULT):
+    """The (cached) AD specialization of a Method or function at ``argtypes``. ``flags``
+    (compile_flags.Flags): how its kernels and its callees' are compiled (bounds checks,
+    fastmath)."""
+    key = (tuple(argtypes), tuple(mask), flags)
     specs = registry.table(target, "_nr_ad")
     spec = specs.get(key)
     if spec is not None and spec.alive:
@@ -96,7 +96,7 @@ def specialize(target, argtypes, mask, bounds=False):
     name = _fresh_name(re.sub(r"\W", "_", getattr(func, "__name__", "rule")))
     spec = specs[key] = Spec(key, target, func, name)
     _LIVE.add(spec)
-    spec.bounds = bool(bounds)
+    spec.flags = flags
     # Known before the build, so a recursive call inside it can read them.
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
                                for t in tangent_types(argtypes, mask))
@@ -131,9 +131,12 @@ def _build(spec, argtypes, mask):
         if numba_glue.is_optional_type(rtype):
             fn = _no_value_errors(spec, fn, rtype, ns)
             types, rtype = _typed(spec, fn, ns, argtypes)
-    spec.fn = fn
     types.update(dict(zip(fn.params, argtypes)))
     types.update(_global_operand_types(fn, ns, types))
+    if spec.flags.fastmath:
+        fn = fastmath.rewrite(fn, types)
+        ns.update(fastmath.names())
+    spec.fn = fn
     spec.types, spec.return_type = types, rtype
     decisions, callees = [], []
 
@@ -178,9 +181,9 @@ def _build(spec, argtypes, mask):
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})",
-                                options=_with_bounds(options[kind], spec.bounds),
+                                options=spec.flags.options(options[kind]),
                                 depends=(spec.node,), local_types=local_types.get(kind),
-                                persist=("ad", kind, spec.target, tuple(mask), spec.bounds),
+                                persist=("ad", kind, spec.target, tuple(mask), spec.flags),
                                 python=kind != "vjp")
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.tangent_kinds = tuple(None if numba_glue.is_none_type(t) else t
@@ -230,7 +233,7 @@ def _typed(spec, fn, ns, argtypes):
         # the flags of the gradient's one kernel (api.Gradient._driver: python=False)
         spec.typing_calls = []
         return numba_glue.infer_types(primal, argtypes, cache.jit_options(
-            {"boundscheck": True} if spec.bounds else None, python=False),
+            spec.flags.options(), python=False),
             calls=spec.typing_calls)
     except numba_glue.NumbaError as exc:
         text = numba_glue.error_text(exc)
@@ -336,20 +339,14 @@ def _build_rule(spec, argtypes, mask):
     for kind in ("fwd", "bwd", "vjp"):
         fname = f"{kind}_{spec.name}"
         ns[fname] = cache.owned(ns[fname], f"{label} ({kind})", depends=(spec.node,),
-                                options=_with_bounds({}, spec.bounds),
-                                persist=("rule", kind, rule, tuple(mask), spec.bounds),
+                                options=spec.flags.options(),
+                                persist=("rule", kind, rule, tuple(mask), spec.flags),
                                 python=kind != "vjp")
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.uses_rules = rule.kind == "rrule"
     spec.ready = True
     for other_ns in spec.waiters:
         _bind(other_ns, spec)
-
-
-def _with_bounds(options, bounds):
-    """Numba options with ``boundscheck`` on where asked (NUMBA_BOUNDSCHECK, set in the
-    environment, overrides both ways, as for any Numba function)."""
-    return dict(options, boundscheck=True) if bounds else options
 
 
 def _generated_rule(rule, name, argtypes, ns):
@@ -507,7 +504,7 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
             pname = f"{base}_{k}"
         ns[pname] = disp
         return codegen.CallPlan("scalar", pname, with_result=target.uses_result)
-    callee = specialize(target, argtypes, arg_mask, spec.bounds)
+    callee = specialize(target, argtypes, arg_mask, spec.flags)
     info["callee"] = callee
     if callee.ready:
         _bind(ns, callee)

@@ -362,10 +362,10 @@ class Refused:
 def reduce_gradient(g):
     cloud = _cloudpickling()
     return (gradient, (Sources.of([g.f], cloud), token(g), g.f, g.argnums, g.with_value,
-                       g.boundscheck, _named_digest(g.f, cloud)))
+                       g.flags, _named_digest(g.f, cloud)))
 
 
-def gradient(sources, tok, f, argnums, with_value, boundscheck, digest=None):
+def gradient(sources, tok, f, argnums, with_value, flags, digest=None):
     from . import api
     from .errors import NumbarulesError
     try:
@@ -375,7 +375,7 @@ def gradient(sources, tok, f, argnums, with_value, boundscheck, digest=None):
         # unpickle its task would die instead of reporting it
         return Refused(str(exc))
     g = _LIVE.get(tok)
-    if g is not None and (g.argnums, g.with_value, g.boundscheck) == (
-            argnums, with_value, boundscheck) and same_code(g.f, f):
+    if g is not None and (g.argnums, g.with_value, g.flags) == (
+            argnums, with_value, flags) and same_code(g.f, f):
         return g
-    return _adopt(api.Gradient(f, argnums, with_value, boundscheck), tok)
+    return _adopt(api.Gradient(f, argnums, with_value, flags.boundscheck, flags.fastmath), tok)

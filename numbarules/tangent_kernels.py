@@ -26,8 +26,8 @@ import re
 
 import numpy as np
 
-from . import (cache, function_values, kernels, methods, numba_glue, probes, registry, rules,
-               targets)
+from . import (cache, compile_flags, function_values, kernels, methods, numba_glue, probes,
+               registry, rules, targets)
 from .ad import dataflow, forward_runtime, frontend, ir, partials, pushforward
 from .ad.kinds import holds_arrays, is_array, is_float, is_real_scalar
 from .dispatch import GenericFunction, Method
@@ -47,7 +47,8 @@ class TangentSpec:
 
     def __init__(self, key, target, func, name):
         self.key, self.target, self.func, self.name = key, target, func, name
-        self.alive, self.ready, self.node, self.bounds = True, False, None, False
+        self.alive, self.ready, self.node = True, False, None
+        self.flags = compile_flags.DEFAULT
 
     def __repr__(self):
         return f"<tangent kernel {self.name}>"

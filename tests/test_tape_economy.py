@@ -223,3 +223,51 @@ def test_a_rules_residuals_in_loops_go_on_the_tapes(steps):
     y, pb = nr.pullback(rules_in_loops, VEC, 0.8, steps)
     first = pb(1.0)
     np.testing.assert_array_equal(pb(1.0)[0], first[0])
+
+
+def two_saved(x, w, n):
+    """An inner loop overwriting two values the reverse needs, on one tape, every iteration."""
+    s = 0.0
+    for k in range(x.shape[0]):
+        for i in range(n):
+            a = math.sin(x[(k + i) % x.shape[0]] * w + 0.01 * s)
+            b = math.sin(a)
+            s += a * b
+    return s
+
+
+def saved_in_a_branch(x, w, n):
+    """One value assigned in a branch: its tape keeps the push before each assignment."""
+    s = 0.0
+    for k in range(x.shape[0]):
+        for i in range(n):
+            a = x[(k + i) % x.shape[0]] * w
+            if a > 0.1:
+                a = math.cos(a)
+            b = math.sin(a)
+            s += a * b
+    return s
+
+
+@pytest.mark.parametrize("f", [two_saved, saved_in_a_branch])
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_saves_stored_one_iteration_ahead(f, n):
+    # the shifted saves (codegen, tape.shifted_saves) lay the tape out as the push before each
+    # assignment does: zero, one and several iterations, and a pullback run twice
+    check(f, VEC, 0.8, n)
+    y, pb = nr.pullback(f, VEC, 0.8, n)
+    first = pb(1.0)
+    np.testing.assert_array_equal(pb(1.0)[0], first[0])
+
+
+def test_which_saves_are_shifted():
+    fwd = nr.code(two_saved, VEC, 0.8, 3)
+    assert re.search(r"# \w+, a, b: saved as assigned, for the next iteration", fwd)
+    assert "_tape_f8 = _reserve(_tape_f8, _k_f8, (_n2 + 1) * 3)" in fwd
+    assert "_tape_f8[_k_f8 + 1] = a\n" in fwd and "_tape_f8[_k_f8 + 4] = a\n" in fwd
+    assert "_tape_f8[_k_f8 + 2] = b\n" in fwd and "_tape_f8[_k_f8 + 5] = b\n" in fwd
+    assert "_k_f8 += 3" in fwd
+    # a value assigned twice in the body (once in a branch) is pushed before each assignment,
+    # and so is every other value on its tape; the branch's test, alone on its own, is shifted
+    fwd = nr.code(saved_in_a_branch, VEC, 0.8, 3)
+    assert "# _t10: saved as assigned" in fwd and "f8 + " not in fwd

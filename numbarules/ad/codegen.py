@@ -101,6 +101,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         self.recomputed = {id(s) for g in plan.recompute.values() for s in g}
         self.forwarded, self.forwarded_by = forwardable(fn, types, plan)
         self.fusing = False
+        self.shifted = {}           # id(Assign) -> (tape key, offset): shifted saves (tape.py)
         self.top_fused_loop = None     # the fused schedule's loop (fused_schedule.gathered_loop)
         self.plain = False          # the steps a checkpointed loop advances: no saves at all
         self.seed_as = None         # the adjoint a statement's reverse starts from, when not
@@ -239,7 +240,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             if pushed and self.reference(s):
                 if not self.reference_unread(s):
                     self.push_reference(out, s)
-            elif pushed:
+            elif pushed and id(s) not in self.shifted:
                 self.push(out, s.target, self.pushed_type(s), reserved, s)
             kept = self.kept.get(id(s.expr)) if self.device is None else None
             cp = self.calls.get(id(s.expr))
@@ -268,6 +269,10 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
                 out.add(f"{s.target} = fwd_{cp.name}({args})[0]")
             else:
                 out.add(f"{s.target} = {ir.expr_src(s.expr)}")
+            if pushed and id(s) in self.shifted:
+                # saved for the next iteration, which would push it before overwriting it
+                key, at = self.shifted[id(s)]
+                out.add(f"_tape_{key}[_k_{key} + {at}] = {s.target}")
         elif isinstance(s, ir.Store):
             idx = ", ".join(a.src() for a in s.index)
             pushed = pushed and not self.snapshotted(s)
@@ -289,6 +294,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             if pushed:
                 self.push(out, s.var, self.pushed_type(s), reserved)
             innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))
+            shifted = {}
             if id(s) in self.plan.reverse_relevant and not self.plain:
                 n = f"_n{s.id}"
                 if id(s) in self.plan.in_loop:
@@ -298,8 +304,18 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
                     # One capacity check per entry of an innermost loop instead of one per push.
                     # (Outer loops check each push: an inner loop's pushes would eat their
                     # reservation.)
+                    shifted = self.shifted_saves(s)
                     for key, count in sorted(self.count_pushes(s.body).items()):
-                        out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * {count})")
+                        # a shifted tape also takes the values before the first iteration and
+                        # the last iteration's, which the next push overwrites
+                        trips = f"({n} + 1)" if key in shifted else n
+                        out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {trips} * {count})")
+                    for key, saves in sorted(shifted.items()):
+                        out.add(f"# {', '.join(x.target for x in saves)}: saved as assigned, "
+                                f"for the next iteration (the first one's before the loop)")
+                        for at, x in enumerate(saves):
+                            out.add(f"_tape_{key}[_k_{key}{f' + {at}' if at else ''}] = {x.target}")
+                            self.shifted[id(x)] = (key, len(saves) + at)
                 for key, sizes in sorted(self.snapshot_room(s).items()):
                     # the whole-array saves of the sweeps in each step, reserved at once: growing
                     # a tape of a hundred MB by doubling costs more than the sweeps (a hint:
@@ -308,6 +324,10 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             at = len(out.lines)
             out.add(f"for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:")
             self.nested(s.body, out, innermost)
+            for key, saves in sorted(shifted.items()):
+                out.add(f"    _k_{key} += {len(saves)}")
+                for x in saves:         # this loop's only: other kernels emit it their own way
+                    del self.shifted[id(x)]
             if s.parallel and self.device is None and not self.fusing:
                 self.parallelize(s, out, at, two_pass=True)
         elif isinstance(s, ir.While):

@@ -196,6 +196,38 @@ class Saves:
         parts = tuple(t)
         return parts if all(p in _TAPE_KEYS for p in parts) else None
 
+    def shifted_saves(self, loop):
+        """tape key -> the statements of ``loop``'s body whose pushes on that tape are saved
+        shifted (see ``codegen.stmt_fwd``): the loop is innermost and runs on the CPU, and every
+        push on that tape in its body saves a scalar variable that the body assigns once, at its
+        top level (not in a branch). Then the value an iteration saves before the assignment is
+        the one the previous iteration assigned, and storing each new value one iteration ahead
+        lays the tape out the same, with no value carried from one iteration to the next: the
+        carried copy (a first-order recurrence) stops LLVM from vectorising a loop such as
+        ``e = exp(x[j] - m); t += e`` (logsumexp's forward, 30 ms against 10)."""
+        if self.device is not None or self.fusing or self.plain or loop.parallel:
+            return {}
+        simple, other = {}, set()
+        assigned = {}
+        for s in ir.walk(loop.body):
+            if isinstance(s, (ir.For, ir.While)):
+                return {}
+            if isinstance(s, ir.Assign):
+                assigned[s.target] = assigned.get(s.target, 0) + 1
+                if self.rule_site(s.expr):
+                    for t in self.taped_residuals(self.calls[id(s.expr)]) or ():
+                        other.add(self.tape_key(t))
+            if id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s):
+                key = self.tape_key(self.pushed_type(s), s)
+                top = any(s is x for x in loop.body)
+                if top and isinstance(s, ir.Assign) and not self.rule_site(s.expr) \
+                        and not self.kept.get(id(s.expr)):
+                    simple.setdefault(key, []).append(s)
+                else:
+                    other.add(key)
+        return {key: ss for key, ss in simple.items()
+                if key not in other and all(assigned[x.target] == 1 for x in ss)}
+
     def count_pushes(self, stmts):
         """Upper bound of the pushes per tape that one pass over ``stmts`` makes, not counting
         those inside nested loops (each loop reserves its own at entry)."""

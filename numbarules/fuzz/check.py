@@ -9,7 +9,9 @@ Per program, at one input point:
    (forward + pullback kernels) and ``nr.value_and_grad(f, argnums)(**by_name)`` (arguments
    passed by name) must agree with each other (to 1e-8) and with the finite differences (rtol
    1e-5, atol 1e-6 * max(1, |f|)), and the values of ``value_and_grad`` and ``pullback`` with
-   the Python value (1e-9).
+   the Python value (1e-9). One program in four is also checked through
+   ``nr.value_and_grad(f, argnums, fastmath=True)`` (reassociated sums, vmath's exp and tanh),
+   against the finite differences and the Python value at the finite differences' tolerance.
 
 Then forward mode: ``nr.jvp(f, argnums)(*args, v)`` along a random direction ``v`` must give the
 Python value and ``grad . v`` (to 1e-8 of the sum of the terms' magnitudes; the gradient has just
@@ -226,6 +228,14 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         y_vg, g_vg = _call(vg, prog, f, args, by_name=True)
         _same_args(prog, attempt, args, "nr.value_and_grad")
         res.stages[key + "value_and_grad"] = time.perf_counter() - t3
+        y_fm = g_fm = None
+        if checks_fastmath(prog):
+            stage = "nr.value_and_grad(fastmath=True)"
+            t5 = time.perf_counter()
+            args = prog.args(attempt)
+            y_fm, g_fm = nr.value_and_grad(f, argnums=argnums, fastmath=True)(*args)
+            _same_args(prog, attempt, args, stage)
+            res.stages[key + "fastmath"] = time.perf_counter() - t5
         if before is not None:
             stage = "the gradient object made before world_change"
             args = prog.args(attempt)
@@ -267,6 +277,11 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
     g = (g,) if not isinstance(argnums, tuple) else g
     if g_old is not None:
         g_old = (g_old,) if not isinstance(argnums, tuple) else g_old
+    if y_fm is not None and not _close(y_fm, y_ref, RTOL, ATOL * max(1.0, abs(y_ref))):
+        problems.append(f"primal value: value_and_grad(fastmath=True) gives {y_fm!r}, Python "
+                        f"gives {y_ref!r}")
+    if g_fm is not None:
+        g_fm = (g_fm,) if not isinstance(argnums, tuple) else g_fm
     if not isinstance(g, tuple) or len(g) != len(argnums):
         problems.append(f"nr.grad returned {g!r:.200}, expected {len(argnums)} tangents")
     elif not isinstance(t_pb, tuple) or len(t_pb) != len(prog.args_spec):
@@ -274,7 +289,8 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
                         "tangents")
     else:
         problems += _compare(prog, args, fd, dict(zip(argnums, g)), t_pb,
-                             dict(zip(argnums, g_vg)))
+                             dict(zip(argnums, g_vg)),
+                             None if g_fm is None else dict(zip(argnums, g_fm)))
         if g_old is not None:
             if not isinstance(g_old, tuple) or len(g_old) != len(argnums):
                 problems.append(f"the old gradient object returned {g_old!r:.200}")
@@ -479,7 +495,14 @@ def _close(a, b, rtol, atol):
     return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
 
 
-def _compare(prog, args, fd, grads, t_pb, g_vg):
+def checks_fastmath(prog):
+    """Whether ``prog`` is also checked through ``nr.value_and_grad(f, fastmath=True)``: one
+    program in four (a fifth compile; reassociated sums agree with the others to rounding, so
+    that path is held to the finite differences' tolerance, not to the paths' 1e-8)."""
+    return prog.index % 4 == 1
+
+
+def _compare(prog, args, fd, grads, t_pb, g_vg, g_fm=None):
     problems = []
     atol = ATOL * max(1.0, abs(fd.value))
     for i, spec in enumerate(prog.args_spec):
@@ -501,6 +524,8 @@ def _compare(prog, args, fd, grads, t_pb, g_vg):
             if i in grads:
                 got["grad"] = get_leaf(grads[i], p)
                 got["value_and_grad"] = get_leaf(g_vg[i], p)
+            if g_fm is not None and i in g_fm:
+                got["fastmath"] = get_leaf(g_fm[i], p)
             for name, v in got.items():
                 if isinstance(v, _Bad):
                     problems.append(f"{where}: {name} tangent: {v.why}")
@@ -511,7 +536,8 @@ def _compare(prog, args, fd, grads, t_pb, g_vg):
                     problems.append(f"{where}: {name} gives {v!r}, finite differences {ref!r}")
                 elif ref is not None and not _close(v, ref, RTOL, atol):
                     problems.append(f"{where}: {name} gives {v!r}, finite differences {ref!r}")
-            vals = [v for v in got.values() if isinstance(v, float) and math.isfinite(v)]
+            vals = [v for k, v in got.items()
+                    if k != "fastmath" and isinstance(v, float) and math.isfinite(v)]
             spread = max(vals) - min(vals) if vals else 0.0
             if len(vals) > 1 and spread > AD_ATOL + AD_RTOL * max(abs(v) for v in vals):
                 problems.append(f"{where}: the AD paths disagree: "

@@ -37,7 +37,7 @@ from numba.extending import intrinsic, overload
 
 from ..numba_glue import njit_unliteral
 
-__all__ = ["tanh", "exp", "tanh1", "exp1"]
+__all__ = ["tanh", "exp", "tanh1", "exp1", "exp_lane", "tanh_lane"]
 
 
 def _derive_constants():
@@ -238,3 +238,23 @@ def exp(x):
     for i in range(flat.size):
         flat[i] = exp1(src[i])
     return out
+
+
+# The scalar functions as separately compiled functions, for the generated kernels of a
+# ``fastmath=True`` gradient (ad/fastmath.py). Not inlined by Numba: the kernels are compiled
+# with Numba's fastmath={"reassoc"}, which would flag the inlined arithmetic too and let LLVM
+# reorder the compensated sums above (Fast2Sum's ``(1.0 - s) + r`` is 0 reassociated). LLVM
+# inlines them into the kernel's loops with their own, unflagged, instructions, and the loops
+# vectorise. error_model="numpy": tanh1's division must not carry a ZeroDivisionError branch.
+# From Numba's disk cache, as the array functions above.
+
+@njit_unliteral(error_model="numpy", cache=True)
+def exp_lane(x):
+    """``exp1`` compiled on its own (see above)."""
+    return exp1(x)
+
+
+@njit_unliteral(error_model="numpy", cache=True)
+def tanh_lane(x):
+    """``tanh1`` compiled on its own (see above)."""
+    return tanh1(x)
