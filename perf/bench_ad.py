@@ -4,7 +4,8 @@ Three loop-style workloads (perf/_workloads_ad.py): Rosenbrock over 10^6 inputs,
 pair energy over 1000 particles (O(n^2)), and a 20,000-step explicit-Euler pendulum. All variants
 of a workload are timed interleaved in one run and the minimum is kept, so the ratios share the
 machine's noise. The hand-written adjoints are checked against finite differences first, and
-numbarules' gradient against the hand-written one. Until numbarules can differentiate a workload,
+numbarules' gradient against the hand-written one. The "fastmath" column is
+``nr.value_and_grad(f, fastmath=True)`` (reassociated sums, vmath's exp and tanh; issue 19). Until numbarules can differentiate a workload,
 its row says why and the rest of the table still runs.
 
 Run: python perf/bench_ad.py [--quick] [--disk-cache]
@@ -102,15 +103,16 @@ def _fresh_disk_cache():
                 os.environ["NUMBARULES_CACHE_DIR"] = old
 
 
-def _numbarules_gradient(workload, args):
+def _numbarules_gradient(workload, args, **options):
     """The warm numbarules gradient callable, its first-call seconds (building the callable
-    included) and its result, or Unavailable with the reason."""
+    included) and its result, or Unavailable with the reason. ``options``: nr.value_and_grad's
+    (``fastmath=True``)."""
     value_and_grad = getattr(nr, "value_and_grad", None)
     if value_and_grad is None:
         raise Unavailable("numbarules has no value_and_grad yet")
     try:
         t0 = time.perf_counter()
-        fn = value_and_grad(workload.primal, argnums=workload.argnums)
+        fn = value_and_grad(workload.primal, argnums=workload.argnums, **options)
         result = fn(*args)
         first_s = time.perf_counter() - t0
     except Exception as exc:
@@ -121,7 +123,8 @@ def _numbarules_gradient(workload, args):
 def bench_workload(workload, size, rounds, sample_s, rng):
     args = workload.make_args(size, rng)
     row = {"workload": workload.name, "size": size, "nr_s": None, "nr_over_hand": None,
-           "nr_over_primal": None, "compile_s": None, "tape_bytes": None,
+           "nr_over_primal": None, "compile_s": None, "tape_bytes": None, "fast_s": None,
+           "fast_over_primal": None,
            "tape_bytes_min": workload.tape_bytes_min(*args)}
     fns = [workload.primal_jit, workload.adjoint]
     expected = workload.adjoint(*args)          # warms (compiles) the adjoint
@@ -136,11 +139,25 @@ def bench_workload(workload, size, rounds, sample_s, rng):
         fns.append(nr_fn)
     except Unavailable as exc:
         row["numbarules"] = f"unavailable ({exc})"
+    if len(fns) == 3:
+        # fastmath=True: reassociated sums, vmath's exp and tanh (nr.grad's docstring); held to
+        # the hand-written adjoint within the reassociation's rounding (1e-6 of the scale)
+        try:
+            fast_fn, _, result = _numbarules_gradient(workload, args, fastmath=True)
+            wrong = _mismatch(workload, expected, result, rtol=1e-6)
+            if wrong:
+                row["numbarules"] = f"wrong gradient with fastmath=True ({wrong})"
+            fns.append(fast_fn)
+        except Unavailable as exc:
+            row["numbarules"] = f"fastmath=True unavailable ({exc})"
 
     times = time_interleaved(fns, args, rounds, sample_s)
     row["primal_s"], row["hand_s"] = times[0], times[1]
     row["hand_over_primal"] = times[1] / times[0]
-    if len(times) == 3:
+    if len(times) == 4:
+        row["fast_s"] = times[3]
+        row["fast_over_primal"] = times[3] / times[0]
+    if len(times) >= 3:
         row["nr_s"] = times[2]
         row["nr_over_hand"] = times[2] / times[1]
         row["nr_over_primal"] = times[2] / times[0]
@@ -165,7 +182,7 @@ def _fmt(x, spec):
 def print_table(rows, out):
     header = (f"{'workload':26s} {'primal':>9s} {'hand-written':>12s} {'numbarules':>10s} "
               f"{'nr/hand':>7s} {'nr/primal':>9s} {'compile s':>9s} {'tape bytes (min)':>22s} "
-              f"{'hand/primal':>11s}")
+              f"{'hand/primal':>11s} {'fastmath':>9s} {'fast/primal':>11s}")
     out(header)
     out("-" * len(header))
     for r in rows:
@@ -173,7 +190,8 @@ def print_table(rows, out):
         out(f"{r['workload'] + ' n=' + format(r['size'], ','):26s} {_fmt_time(r['primal_s']):>9s} "
             f"{_fmt_time(r['hand_s']):>12s} {_fmt_time(r['nr_s']):>10s} "
             f"{_fmt(r['nr_over_hand'], '.2f'):>7s} {_fmt(r['nr_over_primal'], '.2f'):>9s} "
-            f"{_fmt(r['compile_s'], '.2f'):>9s} {tape:>22s} {r['hand_over_primal']:11.2f}")
+            f"{_fmt(r['compile_s'], '.2f'):>9s} {tape:>22s} {r['hand_over_primal']:11.2f} "
+            f"{_fmt_time(r['fast_s']):>9s} {_fmt(r['fast_over_primal'], '.2f'):>11s}")
         if r["numbarules"] != "ok":
             out(f"  numbarules: {r['numbarules']}")
 
