@@ -106,12 +106,12 @@ class MapGrad:
         (docs/dask.md, "Throughput"). A list of results in order, or (``reduce``) their sum or
         mean, added in each batch on the workers and across batches here. Without a
         ``distributed`` client: the bag, computed by the current Dask scheduler."""
-        rows = self._rows(args, reduce)
         try:
             from distributed import default_client
             client = default_client()
         except (ImportError, ValueError):
             return self(*args, reduce=reduce, npartitions=npartitions).compute()
+        rows = self._rows(args, reduce)
         # one batch per worker thread by default: each task costs Dask several milliseconds
         # here (measured: 4 tasks on 2 workers 1.5-1.7x one process's throughput, 2 tasks
         # 1.65-1.85x); pass more where the items' costs differ a lot

@@ -217,7 +217,7 @@ class FusedVjp:
             forward.lines = chunked
             self.parallel = True
         for k, line in enumerate(out.lines):
-            m = _ZEROS.fullmatch(line)
+            m = parallel.ZEROS.fullmatch(line)
             if m and m.group(1) in fresh:
                 # the gather writes every element (gather.rewrite): no memset first
                 out.lines[k] = line.replace("_zeros_like(", "_empty_like(", 1)
@@ -229,15 +229,12 @@ class FusedVjp:
         return True
 
 
-_ZEROS = re.compile(r"    (\w+) = _zeros_like\(\w+\)")
-
-
 def _untouched_zeros(lines):
     """The adjoint arrays the kernel's header allocates with ``_zeros_like`` that no line after
     the allocation mentions: still all zeros, and no other name refers to them."""
     found = set()
     for k, line in enumerate(lines):
-        m = _ZEROS.fullmatch(line)
+        m = parallel.ZEROS.fullmatch(line)
         if m and not any(re.search(rf"(?<![\w.]){re.escape(m.group(1))}\b", later)
                          for later in lines[k + 1:]):
             found.add(m.group(1))

@@ -286,7 +286,8 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
     return head
 
 
-_ZEROS = re.compile(r"    (\w+) = _zeros_like\((\w+)\)")
+# a kernel's header allocating a zero adjoint array: (adjoint, primal) (also fused_schedule's)
+ZEROS = re.compile(r"    (\w+) = _zeros_like\((\w+)\)")
 
 
 def zeroed_in_chunks(lines):
@@ -305,7 +306,7 @@ def zeroed_in_chunks(lines):
             out.extend(f"        _zero_part({name}, _zc, _znt)" for name in run)
             run.clear()
     for line in lines:
-        m = _ZEROS.fullmatch(line)
+        m = ZEROS.fullmatch(line)
         if m:
             out.append(f"    {m.group(1)} = _empty_like({m.group(2)})")
             run.append(m.group(1))
