@@ -400,3 +400,23 @@ def test_ragged_and_empty_array_literals_are_refused_by_name():
         nr.grad(ragged)(1.0)
     with pytest.raises(nr.UnsupportedSyntaxError, match="np.array of an empty list"):
         nr.grad(empty)(1.0)
+
+
+def products(A, B, v):
+    return np.sum((A @ B) ** 2) + np.sum(np.sin(A @ v)) + np.sum(np.cos(v @ B))
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_matrix_products_with_transposed_operands(layout):
+    # the adjoints A^T @ dC and dC @ B^T run through runtime._matmul_tn / _matmul_nt, which
+    # hand BLAS the transpose where it lies: every layout of the operands, matrix and vector
+    rng = np.random.default_rng(21)
+    A, B, v = rng.standard_normal((5, 4)), rng.standard_normal((4, 3)), rng.standard_normal(4)
+    if layout == "F":
+        A, B = np.asfortranarray(A), np.asfortranarray(B)
+    elif layout == "strided":
+        A = rng.standard_normal((10, 4))[::2]
+        B = rng.standard_normal((4, 6))[:, ::2]
+    check_grad(products, A, B, v)
+    g = nr.grad(products, argnums=(0, 1, 2))(A, B, v)
+    assert all(x.flags.c_contiguous or x.flags.f_contiguous for x in g)

@@ -307,17 +307,16 @@ def _binop_adjoint(op, a, b, act, src, g, acc, ndim):
 def _matmul_adjoint(a, b, act, src, g, acc, ndim):
     """C = A @ B: dA = dC @ B^T, dB = A^T @ dC, spelled out per rank (vectors have no .T).
 
-    The transposes are copied C-contiguous: Numba compiles its matrix product once per pair of
-    layouts (``dot_2`` and ``dot_3``, 0.3-0.4 s per pair), and a C-ordered operand's ``.T`` is
-    Fortran-ordered, so ``dC @ B.T`` and ``A.T @ dC`` were two more compiles besides the primal's
-    (C, C) product. The copy is O(size) beside the product's O(size * n)."""
+    The products with a transpose are runtime's ``_matmul_nt`` / ``_matmul_tn``: BLAS reads the
+    transposed operand where it lies (a C-contiguous copy of it first doubled the product's
+    time), and Numba's product for a Fortran-ordered operand, a compile of its own, comes from
+    Numba's disk cache."""
     na, nb = ndim(a), ndim(b)
     A, B = src(a), src(b)
     if na == 2 and nb == 2:
-        da, db = (f"{g} @ _np.ascontiguousarray({B}.T)",
-                  f"_np.ascontiguousarray({A}.T) @ {g}")
+        da, db = f"_matmul_nt({g}, {B})", f"_matmul_tn({A}, {g})"
     elif na == 2 and nb == 1:
-        da, db = f"_np.outer({g}, {B})", f"_np.ascontiguousarray({A}.T) @ {g}"
+        da, db = f"_np.outer({g}, {B})", f"_matmul_tn({A}, {g})"
     elif na == 1 and nb == 2:
         da, db = f"{B} @ {g}", f"_np.outer({A}, {g})"
     else:
