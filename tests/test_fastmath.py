@@ -117,7 +117,8 @@ def test_the_option_is_part_of_the_gradients_identity():
     np.testing.assert_allclose(back(X), fast(X), rtol=0, atol=0)
     both = nr.grad(lse_rows, fastmath=True, boundscheck=True)
     assert both.flags.options() == {"boundscheck": True, "fastmath": {"reassoc"}}
-    np.testing.assert_allclose(both(X), fast(X), rtol=0, atol=0)
+    # its own kernels: bounds checks may change how LLVM splits the sums, so the last bits
+    np.testing.assert_allclose(both(X), fast(X), rtol=1e-13, atol=1e-16)
 
 
 def test_check_grad_takes_a_fastmath_gradient():
