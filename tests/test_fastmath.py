@@ -7,6 +7,7 @@ import math
 import pickle
 import re
 
+import numba
 import numpy as np
 import pytest
 
@@ -124,3 +125,41 @@ def test_the_option_is_part_of_the_gradients_identity():
 def test_check_grad_takes_a_fastmath_gradient():
     check_grad(lse_rows, X[:3, :5],
                   grad=lambda f, argnums: nr.grad(f, argnums=argnums, fastmath=True))
+
+
+def lse_prange(X):
+    s = 0.0
+    for i in numba.prange(X.shape[0]):
+        m = X[i, 0]
+        for j in range(1, X.shape[1]):
+            m = max(m, X[i, j])
+        t = 0.0
+        for j in range(X.shape[1]):
+            t += math.exp(X[i, j] - m)
+        s += m + math.log(t)
+    return s
+
+
+def checkpointed_sim(u0, k, steps):
+    u = u0.copy()
+    for t in nr.checkpointed(range(steps), snapshots=3):
+        for i in range(u.shape[0]):
+            u[i] = u[i] + k * math.tanh(u[i])
+    s = 0.0
+    for i in range(u.shape[0]):
+        s += math.exp(u[i])
+    return s
+
+
+def test_parallel_and_checkpointed_loops_under_fastmath():
+    # a prange loop's chunks (parallel=True beside fastmath's flags) and a checkpointed loop's
+    # recomputed segments, against the default gradient and the finite differences
+    g0 = nr.grad(lse_prange)(X)
+    g1 = nr.grad(lse_prange, fastmath=True)(X)
+    np.testing.assert_allclose(g1, g0, rtol=0, atol=X.shape[1] * 4e-16)
+    u0 = np.linspace(-1.0, 1.0, 9)
+    a = nr.grad(checkpointed_sim, argnums=(0, 1), fastmath=True)(u0, 0.1, 7)
+    b = nr.grad(checkpointed_sim, argnums=(0, 1))(u0, 0.1, 7)
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-13)
+    assert a[1] == pytest.approx(b[1], rel=1e-13)
+    np.testing.assert_allclose(a[0], fd(checkpointed_sim, (u0, 0.1, 7), 0), rtol=1e-6)
