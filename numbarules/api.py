@@ -15,7 +15,8 @@ import numba
 import numba.typed
 import numpy as np
 
-from . import cache, compile_flags, entries, function_values, kernels, numba_glue, registry, rules, targets
+from . import (cache, compile_flags, entries, function_values, kernels, numba_glue, registry, rules,
+               targets)
 from .ad import kinds
 from .dispatch import GenericFunction
 from .errors import NumbarulesError, RuleError
@@ -29,7 +30,7 @@ class Gradient:
         # A class per object so that __call__ can be the compiled entry itself (see cache).
         return object.__new__(type(cls.__name__, (cls,), {"__module__": cls.__module__}))
 
-    def __init__(self, f, argnums, with_value, boundscheck=False, fastmath=False):
+    def __init__(self, f, argnums, with_value, flags=compile_flags.DEFAULT):
         if not callable(f):
             raise TypeError(f"nr.grad differentiates a function, not {f!r}")
         if isinstance(argnums, bool) or not isinstance(argnums, (int, tuple)) or (
@@ -39,7 +40,7 @@ class Gradient:
         self._nr_gradient_of = f       # kernels names it in errors (no second derivatives yet)
         self.argnums = argnums
         self.with_value = with_value
-        self.flags = compile_flags.Flags(bool(boundscheck), bool(fastmath))
+        self.flags = flags
         kind = "value_and_grad" if with_value else "grad"
         name = getattr(f, "__name__", "f")
         self.__name__ = re.sub(r"\W", "_", f"{kind}_{name}")
@@ -355,12 +356,12 @@ def grad(f, argnums=0, *, boundscheck=False, fastmath=False):
     terms' magnitudes, the same bound as the sequential sum's own error); the value returned
     by ``value_and_grad`` is computed the same way.
     """
-    return _gradient(f, argnums, False, compile_flags.Flags(bool(boundscheck), bool(fastmath)))
+    return _gradient(f, argnums, False, compile_flags.Flags(boundscheck, fastmath))
 
 
 def value_and_grad(f, argnums=0, *, boundscheck=False, fastmath=False):
     """Like ``grad``, returning ``(value, gradient)``."""
-    return _gradient(f, argnums, True, compile_flags.Flags(bool(boundscheck), bool(fastmath)))
+    return _gradient(f, argnums, True, compile_flags.Flags(boundscheck, fastmath))
 
 
 def _gradient(f, argnums, with_value, flags):
@@ -372,9 +373,9 @@ def _gradient(f, argnums, with_value, flags):
         made = registry.table(f, "_nr_gradients")
         hit = made.get(key)
     except TypeError:          # unhashable argnums, or f holds no table
-        return Gradient(f, argnums, with_value, flags.boundscheck, flags.fastmath)
+        return Gradient(f, argnums, with_value, flags)
     if hit is None:
-        hit = made[key] = Gradient(f, argnums, with_value, flags.boundscheck, flags.fastmath)
+        hit = made[key] = Gradient(f, argnums, with_value, flags)
     return hit
 
 
@@ -435,7 +436,7 @@ def pullback(f, *args, boundscheck=False, fastmath=False):
     """
     given = len(args)
     args = _positional(f.f if isinstance(f, Gradient) else f, args, "pullback")
-    spec = spec_for_call(f, args, flags=compile_flags.Flags(bool(boundscheck), bool(fastmath)))
+    spec = spec_for_call(f, args, flags=compile_flags.Flags(boundscheck, fastmath))
     y, residuals = spec.fwd(*args)
     name = f"pullback({getattr(f, '__qualname__', f)})"
     bwd = _frozen_pullback(spec, residuals, y)

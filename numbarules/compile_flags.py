@@ -17,6 +17,11 @@ class Flags:
     boundscheck: bool = False   # every index checked (IndexError), as Numba's boundscheck=True
     fastmath: bool = False      # sums reassociated, exp and tanh from vmath (see nr.grad)
 
+    def __post_init__(self):
+        # the public keywords take any truthy value; the key of every cache holds the bools
+        object.__setattr__(self, "boundscheck", bool(self.boundscheck))
+        object.__setattr__(self, "fastmath", bool(self.fastmath))
+
     def options(self, options=None):
         """Numba's compile options ``options`` with these flags added."""
         out = dict(options or {})

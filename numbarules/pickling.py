@@ -378,4 +378,4 @@ def gradient(sources, tok, f, argnums, with_value, flags, digest=None):
     if g is not None and (g.argnums, g.with_value, g.flags) == (
             argnums, with_value, flags) and same_code(g.f, f):
         return g
-    return _adopt(api.Gradient(f, argnums, with_value, flags.boundscheck, flags.fastmath), tok)
+    return _adopt(api.Gradient(f, argnums, with_value, flags), tok)

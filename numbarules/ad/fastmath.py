@@ -31,18 +31,18 @@ def rewrite(fn, types):
     def lane(s):
         e = getattr(s, "expr", None)
         if isinstance(s, ir.Assign) and isinstance(e, ir.Call) and not e.kwargs \
-                and len(e.args) == 1 and _LANES.get(_hashable(e.func)) \
-                and _is_float64(e.args[0], types):
-            return replace(s, expr=replace(e, fname=_LANES[e.func]))
+                and len(e.args) == 1 and _is_float64(e.args[0], types):
+            name = _lane_name(e.func)
+            if name:
+                return replace(s, expr=replace(e, fname=name))
         return s
     return replace(fn, body=ir.map_statements(fn.body, lane))
 
 
-def _hashable(f):
+def _lane_name(func):
     try:
-        hash(f)
-        return f
-    except TypeError:
+        return _LANES.get(func)
+    except TypeError:          # an unhashable callable is never one of the lanes
         return None
 
 

@@ -196,6 +196,11 @@ class Saves:
         parts = tuple(t)
         return parts if all(p in _TAPE_KEYS for p in parts) else None
 
+    def taped(self, s):
+        """Whether ``s`` saves a value on a tape: a push the plan asks for, not kept by
+        reference (``reference``) or in a snapshot (``snapshotted``)."""
+        return id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s)
+
     def shifted_saves(self, loop):
         """tape key -> the statements of ``loop``'s body whose pushes on that tape are saved
         shifted (see ``codegen.stmt_fwd``): the loop is innermost and runs on the CPU, and every
@@ -209,6 +214,7 @@ class Saves:
             return {}
         simple, other = {}, set()
         assigned = {}
+        top = {id(x) for x in loop.body}
         for s in ir.walk(loop.body):
             if isinstance(s, (ir.For, ir.While)):
                 return {}
@@ -217,10 +223,9 @@ class Saves:
                 if self.rule_site(s.expr):
                     for t in self.taped_residuals(self.calls[id(s.expr)]) or ():
                         other.add(self.tape_key(t))
-            if id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s):
+            if self.taped(s):
                 key = self.tape_key(self.pushed_type(s), s)
-                top = any(s is x for x in loop.body)
-                if top and isinstance(s, ir.Assign) and not self.rule_site(s.expr) \
+                if id(s) in top and isinstance(s, ir.Assign) and not self.rule_site(s.expr) \
                         and not self.kept.get(id(s.expr)):
                     simple.setdefault(key, []).append(s)
                 else:
@@ -237,7 +242,7 @@ class Saves:
             counts[key] = counts.get(key, 0) + k
 
         for s in stmts:
-            if id(s) in self.plan.pushes and not self.reference(s) and not self.snapshotted(s):
+            if self.taped(s):
                 add(self.tape_key(self.pushed_type(s), s))
             if isinstance(s, ir.Assign) and not self.fusing and self.rule_site(s.expr):
                 for t in self.taped_residuals(self.calls[id(s.expr)]) or ():
