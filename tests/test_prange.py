@@ -150,7 +150,7 @@ def carried(x):
 
 def mapped(x, w):
     """Writes an array at its own index: the two-pass schedule, forward and reverse in chunks
-    (the reverse re-executes tanh instead of saving it)."""
+    (tanh's value saved by each iteration in slots of its own, read back by the reverse)."""
     out = np.empty_like(x)
     for i in numba.prange(x.shape[0]):
         out[i] = math.tanh(w * x[i])
@@ -189,7 +189,37 @@ def last_read(x):
     return np.sum(out) + a
 
 
+def mapped_then_loop(x, w):
+    """A map whose tanh values are saved in slots, then a serial loop saving floats on the same
+    tape: its first save overwrites the slot of the map's last iteration (the serial layout
+    holds that value in the variable), which the map's reverse in chunks puts back first."""
+    out = np.empty_like(x)
+    for i in numba.prange(x.shape[0]):
+        out[i] = math.tanh(w * x[i]) * x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        e = math.exp(0.5 * out[i])
+        s += e * e
+    return s
+
+
+def heat(u0, k, steps):
+    """A prange inside a time loop, its buffers swapped: each step's map in chunks (its tanh
+    saved in the step's slots), the array it overwrites saved whole per step."""
+    u = u0.copy()
+    v = np.empty_like(u0)
+    n = u0.shape[0]
+    for t in range(steps):
+        for i in numba.prange(1, n - 1):
+            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
+        v[0] = u[0]
+        v[n - 1] = u[n - 1]
+        u, v = v, u
+    return np.sum(u * u)
+
+
 mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
+mapped_then_loop_serial, heat_serial = serial_twin(mapped_then_loop), serial_twin(heat)
 
 RNG = np.random.default_rng(7)
 CASES = [
@@ -202,6 +232,8 @@ CASES = [
      (0, 1)),
     ("two passes", mapped, mapped_serial, (RNG.normal(size=29), 0.8), (0, 1)),
     ("two passes", mapped_sum, mapped_sum_serial, (RNG.normal(size=33), 0.6), (0, 1)),
+    ("two passes", mapped_then_loop, mapped_then_loop_serial, (RNG.normal(size=26), 0.9), (0, 1)),
+    ("time steps", heat, heat_serial, (RNG.normal(size=30), 0.2, 4), (0, 1)),
     ("rows", wrapped, wrapped_serial, (RNG.normal(size=31), 2), (0,)),
     ("chunks", pair_energy, pair_energy_serial, (RNG.normal(size=(23, 2)),), (0,)),
     ("chunks", gathered, gathered_serial, (RNG.normal(size=13), RNG.integers(0, 13, 29), 1.5),
@@ -239,7 +271,8 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
     assert "_prange(" in src
     # adjoint arrays allocated unfilled, zeroed in parts on the threads (or written whole by a
     # gather): no serial memset before the chunks
-    assert "_zeros_like(" not in src
+    if schedule != "time steps":     # (a swap's adjoints are chosen by which array is which)
+        assert "_zeros_like(" not in src
     src = src.replace("_prange(_znt)", "")      # (that part's prange)
     if schedule == "waves":
         assert "the even ones in parallel, then the odd ones" in src
@@ -250,8 +283,17 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
         assert "accumulators per chunk" in src and "its chunks run on the threads" in src
         assert src.count("_prange(") == 2 and "d_x = _empty_like(x)" in src
     elif schedule == "two passes":
-        assert src.count("_prange(") == 2 and "_tape" not in src     # forward and reverse
+        assert src.count("_prange(") == 2                            # forward and reverse
         assert "arrays written at the iteration's own index only, in place" in src
+        # the math calls' values saved in each iteration's slots, not evaluated again (and no
+        # tape carried from one iteration to the next: each starts from its own counter)
+        code = "\n".join(ln for ln in src.splitlines() if not ln.strip().startswith("#"))
+        assert code.count("math.tanh(" if "tanh" in code else "math.exp(") == 1
+        assert "_k_f8_c1 = _k_f8 + (_lo1 + _k1)" in src
+    elif schedule == "time steps":
+        # each step's map in one chunk per thread, its reverse (a stencil's adjoint) in waves
+        assert src.count("_prange(") == 2 and "the even ones in parallel" in src
+        assert "_k_f8_c2 = _k_f8 + (_lo2 + _k2)" in src and "_restore(v, " in src
     elif schedule == "rows":
         assert "one contiguous chunk of iterations per thread, all at once" in src
         assert "_pa_" not in src
@@ -296,12 +338,25 @@ def test_a_write_that_may_count_from_the_end_keeps_one_chunk(threads):
 
 
 @pytest.mark.parametrize("f, args", [(carried, (RNG.normal(size=9),)),
-                                     (rewritten, (RNG.normal(size=7),)),
                                      (last_read, (RNG.normal(size=8),))])
 def test_loops_that_carry_state_or_write_arrays_stay_serial_and_right(f, args):
     src = nr.code(nr.grad(f), *args, kind="vjp")
     assert "_prange(" not in src and "# prange: serial" in src
     check_grad(f, *args, argnums=(0,))
+
+
+def test_a_loop_reading_the_array_it_writes_runs_its_reverse_in_chunks():
+    """``out[i] = sin(out[i]) * x[i]``: the forward stays serial (an element read before it is
+    overwritten), but it saves the old element and sin's value in each iteration's slots, so
+    the reverse, which reads neither ``out`` nor another iteration's values, runs in chunks."""
+    x = RNG.normal(size=7)
+    src = nr.code(nr.grad(rewritten), x, kind="vjp")
+    assert "# prange: serial in this schedule" in src
+    assert src.count("_prange(_nch1)") == 1
+    assert "_k_f8_c1 = _k_f8 + (_lo1 + _k1) * 2" in src
+    np.testing.assert_allclose(nr.grad(rewritten)(x), 2.0 * (np.sin(2 * x) * x) * (
+        2.0 * np.cos(2 * x) * x + np.sin(2 * x)), rtol=1e-13)
+    check_grad(rewritten, x, argnums=(0,))
 
 
 def test_a_parallel_jit_function_and_its_gradient():

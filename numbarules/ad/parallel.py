@@ -38,10 +38,24 @@ stencil reduction, nothing summed into a scalar adjoint) is split so in parallel
 **The two-pass schedule** (a loop that writes an array, ``out[i] = f(x[i])``, which the fused
 schedule does not take) splits its forward loop and its reverse loop the same way when
 ``codegen._Gen.two_pass_parallel`` allows (a loop of the function's own body, of assignments and
-stores, nothing after it reading its values but its accumulators) and neither loop's text saves
-or restores anything: for a prange loop the reverse re-executes its math calls (``tanh``,
-``exp``) instead of saving their values (``residuals._cheap``), so iterations stay independent.
-The reverse then runs in the iterations' own order (any order is the same). A primal array the
+stores, nothing after it reading its values but its accumulators) and every value the loop saves
+is saved in slots (below). The reverse then runs in the iterations' own order (any order is the
+same).
+
+**Saves in slots.** The serial loop saves its scalars one iteration ahead
+(``tape.shifted_saves``): iteration ``j`` writes the values it assigns at ``base + (j + 1) * c +
+p`` and its reverse reads the values from before it at ``base + j * c + p`` (``c`` values per
+iteration, ``p`` the value's place). Both places depend on ``j`` alone, so when these are all the
+loop saves (``tape.slotted``) and no iteration reads a value the one before it assigned
+(``codegen._Gen.independent_saves``), each iteration computes its counter from its number
+(``_k_f8_c1 = _k_f8 + (_lo1 + _k1) * c``) instead of carrying it: the forward writes its slots,
+the reverse first reads its own values back from them, then pops as the serial reverse does.
+After the chunks each saved variable is set to what the serial loop leaves (the last
+iteration's value after the forward, the value from before the loop after the reverse), so
+either loop may stay serial while the other runs in chunks. A math call's value (``tanh``,
+``exp``) is saved so rather than evaluated again in the reverse (the tanh map: 2.4x its primal
+with tanh evaluated twice). A fused loop (it writes no array) still re-executes its math calls
+(``residuals._cheap``): nothing saved keeps it one pass with no tape. A primal array the
 loop writes may be shared by the chunks when each iteration writes its own element and the loop
 never reads it; anything else keeps the loop serial (``# prange: serial in this schedule``).
 
@@ -69,35 +83,53 @@ import textwrap
 from numba.core import types as nbt
 
 from . import fusion, ir
-from .dataflow import stmt_reads
 from .tape import _TAPE_DTYPES
 
 
 def two_pass_shape(body, loop):
     """Whether the prange ``loop`` has the shape whose two-pass forward and reverse may run in
-    chunks: a loop of the function's own ``body`` (not nested, not in a branch), of assignments
-    and stores, whose values nothing after it reads but its accumulators (the chunks leave no
-    last iteration's values behind). The plan (residuals._recomputable) re-executes such a
-    loop's math calls in the reverse rather than saving them."""
+    chunks: a loop of assignments and stores in the function ``body`` (at its top level or
+    nested in other loops: a time loop around a prange) whose values nothing after it reads
+    before assigning them again, but its accumulators (the chunks leave no last iteration's
+    values behind). After it: the rest of its block, then each enclosing loop again (its next
+    steps, which may not run) and the rest of the block around that, out to the function's
+    end."""
     if not (isinstance(loop, ir.For) and loop.parallel) \
             or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body):
         return False
-    at = next((k for k, x in enumerate(body) if x is loop), None)
-    if at is None:
-        return False
+    after = _after(body, loop)
+    if after is None:
+        return False                 # not a loop of this function
     assigned = {x.target for x in loop.body if isinstance(x, ir.Assign)} | {loop.var}
-    later = set().union(*[stmt_reads(x) for x in ir.walk(body[at + 1:])])
     # accumulators (s += u) are read after the loop: the chunks' sums are added there
     carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
-    return later & assigned <= carried
+    return all(v in carried for v in assigned if fusion.exposed(after, v)[0])
 
 
-def rewrite(gen, loop, lines, indent, two_pass=False):
+def _after(block, loop):
+    """The statements that may run after ``loop`` in ``block`` (see two_pass_shape), or None
+    where ``loop`` is not in it."""
+    for k, s in enumerate(block):
+        if s is loop:
+            return list(block[k + 1:])
+        parts = [s.body, s.orelse] if isinstance(s, ir.If) else \
+            [s.cond, s.body] if isinstance(s, ir.While) else \
+            [s.body] if isinstance(s, ir.For) else []
+        for part in parts:
+            inner = _after(part, loop)
+            if inner is not None:
+                again = [s] if isinstance(s, (ir.For, ir.While)) else []
+                return inner + again + list(block[k + 1:])
+    return None
+
+
+def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False):
     """The parallel form of the fused loop ``lines`` (its ``for`` line first, at ``indent``
     levels), or None where the rule above does not hold. ``two_pass``: the lines are the
     forward loop or the reverse loop of the two-pass schedule (``codegen._Gen.
-    two_pass_parallel``), which save nothing and may write a primal array at the iteration's
-    own element."""
+    two_pass_parallel``), which may write a primal array at the iteration's own element and
+    save values in slots of each iteration's own: ``slots`` (tape key -> the statements
+    saved, ``gen.slotted``), ``reverse`` for the reverse loop."""
     at = next((k for k, ln in enumerate(lines) if not ln.strip().startswith("#")), None)
     if at is None or not lines[at].lstrip().startswith("for "):
         return None
@@ -118,22 +150,23 @@ def rewrite(gen, loop, lines, indent, two_pass=False):
     sums, copies, zeros, arrays, primal = {}, {}, {}, {}, {}
     if "_push_view" in "\n".join(code) or getattr(gen, "rule_lists", None):
         return None                  # whole-array saves, residual lists: not split here
-    if two_pass and re.search(r"\b_(tape|k)_\w+", "\n".join(code)):
-        return None                  # a save or restore: the tape runs through the iterations
+    slotted = {f"_tape_{key}" for key in slots or ()} | {f"_k_{key}" for key in slots or ()}
+    if two_pass and not set(re.findall(r"\b_(?:tape|k)_\w+", "\n".join(code))) <= slotted:
+        return None                  # a save or restore the slots do not hold
     tapes = {}                       # a tape of one iteration (fusion's tape mode): one per chunk
     for key in ([] if two_pass else getattr(gen, "tapes", ())):
         tapes[f"_tape_{key}"] = f"_tape(16, _np.{_TAPE_DTYPES[key]})"
         tapes[f"_k_{key}"] = "0"
     # values the iteration saves before overwriting and restores before it ends (tape mode):
     # each chunk starts them from a typed zero, as the function does
-    restored = {x.target for x in ir.walk(loop.body)
-                if isinstance(x, ir.Assign) and id(x) in gen.plan.pushes}
+    restored = set() if two_pass else {x.target for x in ir.walk(loop.body)
+                                       if isinstance(x, ir.Assign) and id(x) in gen.plan.pushes}
     # the trip counts of nested loops, saved before an entry overwrites them and restored after
     # its reverse (codegen: ``_n<id>`` on the int tape): each chunk starts them from 0 too
     trips = {f"_n{x.id}" for x in ir.walk(loop.body) if isinstance(x, ir.For)}
     for name in sorted(stored & exposed):
-        if name in tapes:
-            continue
+        if name in tapes or name in slotted:
+            continue                 # a chunk's own tape; an iteration's slots (_chunked)
         if name in trips:
             zeros[name] = nbt.int64
             continue
@@ -152,8 +185,8 @@ def rewrite(gen, loop, lines, indent, two_pass=False):
             return None              # state carried from one iteration to the next: serial
     read = _read_arrays(tree.body) if two_pass else set()
     for name in sorted(subscripted):
-        if name in stored:
-            continue                 # an array the iteration binds itself (assigned first)
+        if name in stored or name in slotted:
+            continue                 # an array the iteration binds itself; the slots' tapes
         v = outer_adjoints.get(name)
         t = types.get(v) if v is not None else None
         if two_pass and v is None and isinstance(types.get(name), nbt.Array) \
@@ -179,15 +212,17 @@ def rewrite(gen, loop, lines, indent, two_pass=False):
         return None                  # a write at a negative index (from the end): serial
     k = loop.id
     tapes = {name: init for name, init in tapes.items() if name in stored}
-    own = {name: f"{name}_c{k}" for name in list(sums) + list(copies) + list(tapes)}
+    slots = {key: saves for key, saves in (slots or {}).items() if f"_k_{key}" in stored}
+    own = {name: f"{name}_c{k}" for name in list(sums) + list(copies) + list(tapes)
+           + [f"_k_{key}" for key in slots]}
     if span is None:
         own.update({name: f"{name}_c{k}" for name in arrays})   # private copies
     return comments + _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own,
-                               offsets, tapes, primal)
+                               offsets, tapes, primal, slots, reverse)
 
 
 def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, offsets, tapes,
-             primal):
+             primal, slots=None, reverse=False):
     k = loop.id
     span = None if offsets is None else offsets[1] - offsets[0]
     nt, nch, c, lo, hi, j, w = (f"_nt{k}", f"_nch{k}", f"_c{k}", f"_lo{k}", f"_hi{k}", f"_k{k}",
@@ -227,6 +262,14 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
         for name, t in arrays.items():
             head.append(f"{pad}_pa_{own[name]} = _np.zeros(({nch},) + {name}.shape, "
                         f"_np.{t.dtype})")
+    if slots and reverse:
+        for key, saves in sorted(slots.items()):
+            # The last iteration's values go back into their slots: the serial layout lets the
+            # next save after the loop overwrite them (the serial reverse holds them in the
+            # variables, as this reverse starts too); then back to where the slots begin.
+            for p, x in enumerate(saves):
+                head.append(f"{pad}_tape_{key}[_k_{key}{f' + {p}' if p else ''}] = {x.target}")
+            head.append(f"{pad}_k_{key} -= {_times(n, len(saves))}")
     if waves:
         head.append(f"{pad}for {w} in range(2):")
         pad2 = pad + "    "
@@ -257,11 +300,17 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
         head.append(f"{inner}for {j} in range({hi} - {lo}):")
         at = f"{lo} + {j}" if loop.step == ir.Const(1) else f"({lo} + {j})"
         head.append(f"{inner}    {loop.var} = {ir.affine_src(loop.start, at, loop.step)}")
+        it = f"({lo} + {j})"
     else:
         # every nch-th iteration: work that grows or shrinks along the loop (an inner loop
         # over the elements after i) is shared evenly
         head.append(f"{inner}for {j} in range({c}, {n}, {nch}):")
         head.append(f"{inner}    {loop.var} = {ir.affine_src(loop.start, j, loop.step)}")
+        it = j
+    for key, saves in sorted((slots or {}).items()):
+        # iteration it's saves: the values before it at _k + p, its own at _k + c + p (the
+        # serial loop's layout, tape.shifted_saves), from where the serial counter would be
+        head.append(f"{inner}    {own[f'_k_{key}']} = _k_{key} + {_times(it, len(saves))}")
     pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(own, key=len,
                                                                           reverse=True)))
                          + r")(?!\w)")
@@ -283,6 +332,13 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
         for name in arrays:
             head.append(f"{pad}for {c} in range({nch}):")
             head.append(f"{pad}    {name} += _pa_{own[name]}[{c}]")
+    for key, saves in sorted((slots or {}).items()):
+        if not reverse:
+            head.append(f"{pad}_k_{key} += {_times(n, len(saves))}")
+        # the saved values as the serial loop leaves them (the forward: the last iteration's;
+        # the reverse: the ones from before the loop), for whatever runs serially next
+        for p, x in enumerate(saves):
+            head.append(f"{pad}{x.target} = _tape_{key}[_k_{key}{f' + {p}' if p else ''}]")
     return head
 
 
@@ -364,6 +420,10 @@ def _read_arrays(stmts):
                 targets.discard(id(t.value))         # a[i] += v reads a[i]
     return {n.id for n in ast.walk(ast.Module(body=list(stmts), type_ignores=[]))
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in targets}
+
+
+def _times(a, c):
+    return a if c == 1 else f"{a} * {c}"
 
 
 def _float(t):

@@ -36,11 +36,13 @@ def _recomputable(body, sites, types, alias, distinct):
             # when the reverse pass reaches the readers: re-executing it per reverse iteration
             # would leave the first iteration's value there instead.
             outside = {n for x in everything if id(x) not in inside for n in stmt_reads(x)}
-            # (a prange loop of the shape the two-pass schedule splits into chunks re-executes
-            # its math calls too, saving nothing: its iterations stay independent)
+            # (a prange loop the fused schedule takes, of the shape its parallel chunks allow,
+            # re-executes its math calls too, saving nothing: one pass with no tape)
             from .parallel import two_pass_shape
+            pure_math = any(x is s for x in body) and two_pass_shape(body, s) \
+                and not any(isinstance(x, ir.Store) for x in s.body)
             out[s.id] = [x for x in _recomputable_in(s, sites, types, alias, distinct.get(id(s), frozenset()),
-                                                     two_pass_shape(body, s))
+                                                     pure_math)
                          if x.target not in outside]
             out.update(_branch_recomputes(s, out[s.id], everything, sites, types, alias,
                                           distinct.get(id(s), frozenset())))
@@ -115,8 +117,10 @@ def _recomputable_in(loop, sites, types, alias, distinct, pure_math=False):
     assigned, written = _loop_changes(loop, types, alias, distinct)
     loop_var = loop.var if isinstance(loop, ir.For) else None
     # pure_math: a prange loop's reverse re-executes its math calls too (tanh, exp) rather
-    # than saving their values: with nothing saved its iterations stay independent, and the
-    # two-pass schedule runs its forward and its reverse in parallel chunks (ad/parallel.py)
+    # than saving their values where the loop writes no array: then nothing saved keeps it the
+    # fused schedule's one pass with no tape, in parallel chunks (ad/parallel.py). A loop that
+    # writes an array (the two-pass schedule) saves them instead, each iteration into slots of
+    # its own (ad/parallel.py "Saves in slots"): reading a saved tanh is cheaper than another.
     ok = set()
     chosen = []
     read_before = set()

@@ -210,7 +210,7 @@ class Saves:
         lays the tape out the same, with no value carried from one iteration to the next: the
         carried copy (a first-order recurrence) stops LLVM from vectorising a loop such as
         ``e = exp(x[j] - m); t += e`` (logsumexp's forward, 30 ms against 10)."""
-        if self.device is not None or self.fusing or self.plain or loop.parallel:
+        if self.device is not None or self.fusing or self.plain:
             return {}
         simple, other = {}, set()
         assigned = {}
@@ -232,6 +232,19 @@ class Saves:
                     other.add(key)
         return {key: ss for key, ss in simple.items()
                 if key not in other and all(assigned[x.target] == 1 for x in ss)}
+
+    def slotted(self, loop):
+        """``shifted_saves(loop)`` where those are every save ``loop``'s body makes (nothing
+        else on a tape, no array kept by reference, no rule's residuals), else None. Then
+        iteration ``j`` of the loop writes its values at ``base + (j + 1) * c + p`` and reads the
+        ones before it at ``base + j * c + p``, places that depend on ``j`` alone: the iterations
+        of a prange loop may run in parallel chunks with these saves (ad/parallel.py)."""
+        shifted = self.shifted_saves(loop)
+        if self.count_pushes(loop.body) != {key: len(ss) for key, ss in shifted.items()}:
+            return None
+        if any(id(s) in self.plan.pushes and self.reference(s) for s in ir.walk(loop.body)):
+            return None
+        return shifted
 
     def count_pushes(self, stmts):
         """Upper bound of the pushes per tape that one pass over ``stmts`` makes, not counting

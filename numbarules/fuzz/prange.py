@@ -4,7 +4,8 @@ the other elements, with accumulators added and subtracted and values computed b
 sometimes from a start known only at run time (negative: an index from the end), sometimes with
 the scalars held fixed (then a stencil's reverse is a gather in chunks); or a loop over
 a matrix's rows with inner loops along each row (a running value, a sum); or a loop writing an
-array at its own index (the two-pass schedule).
+array at its own index (the two-pass schedule, its math calls' values saved in each iteration's
+slots), sometimes in a time loop, sometimes followed by a serial loop that saves.
 Their gradient runs in parallel chunks where ad/parallel.py's rule holds (even and odd chunks for
 a stencil, a chunk per thread with its own adjoint arrays otherwise), serially where it does not.
 
@@ -108,35 +109,60 @@ class PrangeLoops:
     def _prange_map(self, r):
         """A loop writing an array at its own index (the two-pass schedule), reading neighbours,
         sometimes with an accumulator, a value read after the loop or the written array read
-        in the loop (those two keep it serial)."""
+        in the loop (those two keep it serial); sometimes inside a time loop whose steps swap
+        or copy the buffers, sometimes followed by a serial loop saving floats on the same tape
+        (its first save overwrites the slot of the map's last iteration)."""
         n = r.randint(12, 40)
         args = [Arg("x0", "f", diff=True), Arg("v0", "v", (n,), "C", diff=True)]
         r.shuffle(args)
         c = self._prange_const
         lo, hi = r.randint(0, 2), r.randint(0, 2)
         used = {"prange loop", "array written at its own index"}
+        timed = r.random() < 0.25
+        src = "u" if timed else "v0"
+        pad = "    " * (2 if timed else 1)
         # (np.empty_like only where the loop writes every element: the rest is garbage)
-        init = r.choice(["np.zeros_like(v0)", "np.empty_like(v0)" if lo == hi == 0 else
-                         "np.zeros_like(v0)", "v0 * 0.5"])
+        init = "np.zeros_like(v0)" if timed else r.choice(
+            ["np.zeros_like(v0)", "np.empty_like(v0)" if lo == hi == 0 else "np.zeros_like(v0)",
+             "v0 * 0.5"])
         lines = [f"    out = {init}", "    s = 0.0", "    a = 0.0"]
+        if timed:
+            used.add("prange in a time loop")
+            lines.insert(0, "    u = v0 * 1.0")
+            lines.append(f"    for t in range({r.randint(2, 3)}):")
         stop = f"v0.shape[0] - {hi}" if hi else "v0.shape[0]"
-        lines.append(f"    for i in numba.prange({lo}, {stop}):")
-        reads = [f"v0[i - {o}]" if o > 0 else f"v0[i + {-o}]" if o < 0 else "v0[i]"
+        lines.append(f"{pad}for i in numba.prange({lo}, {stop}):")
+        reads = [f"{src}[i - {o}]" if o > 0 else f"{src}[i + {-o}]" if o < 0 else f"{src}[i]"
                  for o in range(-hi, lo + 1)]
-        lines.append(f"        a = {self._prange_term(r, reads, ['x0'])}")
+        lines.append(f"{pad}    a = {self._prange_term(r, reads, ['x0'])}")
         reads.append("a")
+        if r.random() < 0.35:
+            # a second value saved per iteration (a math call's: each iteration's slots)
+            lines.append(f"{pad}    b = math.{r.choice(['tanh', 'exp', 'sin'])}("
+                         f"{self._prange_term(r, reads, ['x0'])})")
+            reads.append("b")
+            used.add("two values saved")
         if r.random() < 0.15 and init == "v0 * 0.5":
             reads.append("out[i]")
             used.add("written array read")
-        lines.append(f"        out[i] = {self._prange_term(r, reads, ['x0'])} * "
+        lines.append(f"{pad}    out[i] = {self._prange_term(r, reads, ['x0'])} * "
                      f"{self._prange_term(r, reads, ['x0'])}")
         if r.random() < 0.4:
-            lines.append(f"        s += {self._prange_term(r, reads, ['x0'])}")
+            lines.append(f"{pad}    s += {self._prange_term(r, reads, ['x0'])}")
             used.add("accumulator")
+        if timed:
+            lines.append(r.choice(["        u, out = out, u", "        u[:] = out"]))
+        result = "u" if timed else "out"
+        then = ""
+        if r.random() < 0.2:
+            used.add("serial loop saving after")
+            lines += ["    s2 = 0.0", f"    for j in range({result}.shape[0]):",
+                      f"        e = math.tanh(0.5 * {result}[j])", "        s2 += e * e"]
+            then = f" + {c(r)} * s2"
         tail = f" + {c(r)} * a" if r.random() < 0.15 else ""
         if tail:
             used.add("last value read after")
-        lines.append(f"    return np.sum(out * out) * {c(r)} + s * x0{tail}")
+        lines.append(f"    return np.sum({result} * {result}) * {c(r)} + s * x0{then}{tail}")
         return self._prange_finish(args, used, lines)
 
     def _prange_finish(self, args, used, lines):
