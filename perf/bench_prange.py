@@ -14,9 +14,10 @@ prange, and a stencil with a transcendental, whose fused loop keeps a one-iterat
 - a map ``out[i] = tanh(w * x[i]) * x[i]``, n = 10^6, then ``np.sum(out * out)``: the two-pass
   schedule (its forward loop and its reverse loop in chunks, tanh's values saved in each
   iteration's slots);
-- heat steps: 10 steps of an explicit heat equation with a tanh term, n = 200,000, the prange
-  inside the time loop and the buffers swapped: each step's map in chunks, its reverse (the
-  stencil's adjoint) in even and odd chunks, the overwritten buffer saved whole per step.
+- heat steps: 10 steps of an explicit heat equation with a tanh term, n = 200,000, two prange
+  loops inside the time loop updating in place (a swap of the buffers keeps the kernel serial:
+  ad/parallel.py ``rebinds_arrays``): each step's maps in chunks, the stencil's reverse in even
+  and odd chunks, the overwritten buffers saved whole per step.
 
 For each: the gradient (``nr.value_and_grad``) on 1 and on 2 threads (``numba.set_num_threads``),
 and the primal compiled by Numba with ``parallel=True`` on the same thread counts; the serial
@@ -88,14 +89,13 @@ def tanh_map_p(x, w):
 
 def heat_p(u0, k, steps):
     u = u0.copy()
-    v = np.empty_like(u0)
+    v = np.zeros_like(u0)
     n = u0.shape[0]
     for t in range(steps):
         for i in numba.prange(1, n - 1):
             v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
-        v[0] = u[0]
-        v[n - 1] = u[n - 1]
-        u, v = v, u
+        for i in numba.prange(1, n - 1):
+            u[i] = v[i]
     return np.sum(u * u)
 
 

@@ -204,8 +204,23 @@ def mapped_then_loop(x, w):
 
 
 def heat(u0, k, steps):
-    """A prange inside a time loop, its buffers swapped: each step's map in chunks (its tanh
-    saved in the step's slots), the array it overwrites saved whole per step."""
+    """Two prange loops inside a time loop, updating in place: each step's maps in chunks (the
+    tanh saved in the step's slots), the array each overwrites saved whole per step."""
+    u = u0.copy()
+    v = np.zeros_like(u0)
+    n = u0.shape[0]
+    for t in range(steps):
+        for i in numba.prange(1, n - 1):
+            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
+        for i in numba.prange(1, n - 1):
+            u[i] = v[i]
+    return np.sum(u * u)
+
+
+def heat_swapped(u0, k, steps):
+    """The same steps with the buffers swapped: the names u and v are bound to both arrays in
+    turn, which Numba's parallel analysis mis-sizes (it failed its own size check at run time
+    on a step that rebinds ``u = u * 0.9 + ...``): serial (parallel.rebinds_arrays)."""
     u = u0.copy()
     v = np.empty_like(u0)
     n = u0.shape[0]
@@ -216,6 +231,17 @@ def heat(u0, k, steps):
         v[n - 1] = u[n - 1]
         u, v = v, u
     return np.sum(u * u)
+
+
+def rebound(u0, k, steps):
+    """A prange reduction in a time loop whose step rebinds the array: serial, and right."""
+    u = u0.copy()
+    s = 0.0
+    for t in range(steps):
+        for i in numba.prange(u.shape[0]):
+            s += math.tanh(u[i]) * k
+        u = u * 0.9 + k * np.sin(u)
+    return s
 
 
 mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
@@ -291,8 +317,8 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
         assert code.count("math.tanh(" if "tanh" in code else "math.exp(") == 1
         assert "_k_f8_c1 = _k_f8 + (_lo1 + _k1)" in src
     elif schedule == "time steps":
-        # each step's map in one chunk per thread, its reverse (a stencil's adjoint) in waves
-        assert src.count("_prange(") == 2 and "the even ones in parallel" in src
+        # each step's maps in one chunk per thread, the stencil's reverse in waves
+        assert src.count("_prange(") == 4 and "the even ones in parallel" in src
         assert "_k_f8_c2 = _k_f8 + (_lo2 + _k2)" in src and "_restore(v, " in src
     elif schedule == "rows":
         assert "one contiguous chunk of iterations per thread, all at once" in src
@@ -338,10 +364,13 @@ def test_a_write_that_may_count_from_the_end_keeps_one_chunk(threads):
 
 
 @pytest.mark.parametrize("f, args", [(carried, (RNG.normal(size=9),)),
-                                     (last_read, (RNG.normal(size=8),))])
+                                     (last_read, (RNG.normal(size=8),)),
+                                     (heat_swapped, (RNG.normal(size=30), 0.2, 4)),
+                                     (rebound, (RNG.normal(size=30), 0.3, 3))])
 def test_loops_that_carry_state_or_write_arrays_stay_serial_and_right(f, args):
     src = nr.code(nr.grad(f), *args, kind="vjp")
     assert "_prange(" not in src and "# prange: serial" in src
+    assert ("rebinds_arrays" in src) == (f in (heat_swapped, rebound))
     check_grad(f, *args, argnums=(0,))
 
 

@@ -82,12 +82,18 @@ class Kernels:
 
 def generate(fn, types, plan, name, mask):
     """Sources of ``fwd_<name>``, ``bwd_<name>``, ``vjp_<name>`` for this plan."""
-    return _Gen(fn, types, plan, name, mask).build()
+    kernels = _Gen(fn, types, plan, name, mask).build()
+    if kernels.parallel and parallel.rebinds_arrays(kernels.whole or kernels.vjp, types):
+        # Numba's parallel analysis mis-sizes an array name bound to several arrays (see
+        # parallel.rebinds_arrays): such a kernel runs its prange loops serially
+        kernels = _Gen(fn, types, plan, name, mask, serial=True).build()
+    return kernels
 
 
 class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, Saves):
-    def __init__(self, fn, types, plan, name, mask):
+    def __init__(self, fn, types, plan, name, mask, serial=False):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
+        self.serial = serial        # no prange loop in chunks (parallel.rewrite)
         self.calls = plan.calls
         self.views = plan.views or {}
         self.mask = tuple(mask)

@@ -123,6 +123,10 @@ class FusedVjp:
         if chunked is not None:
             out.lines[start:] = chunked
             self.parallel = True
+        elif self.serial:
+            out.lines.insert(start, "    " * out.indent + "# prange: serial (this kernel binds an "
+                             "array name to several arrays, which Numba's parallel analysis "
+                             "mis-sizes: ad/parallel.py rebinds_arrays)")
         elif two_pass:
             out.lines.insert(start, "    " * out.indent + "# prange: serial in this schedule "
                              "(ad/parallel.py)")

@@ -130,6 +130,8 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
     two_pass_parallel``), which may write a primal array at the iteration's own element and
     save values in slots of each iteration's own: ``slots`` (tape key -> the statements
     saved, ``gen.slotted``), ``reverse`` for the reverse loop."""
+    if getattr(gen, "serial", False):
+        return None                  # a kernel whose arrays Numba's analysis would mis-size
     at = next((k for k, ln in enumerate(lines) if not ln.strip().startswith("#")), None)
     if at is None or not lines[at].lstrip().startswith("for "):
         return None
@@ -344,6 +346,36 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
 
 # a kernel's header allocating a zero adjoint array: (adjoint, primal) (also fused_schedule's)
 ZEROS = re.compile(r"    (\w+) = _zeros_like\((\w+)\)")
+
+
+def rebinds_arrays(source, types):
+    """The array names the kernel ``source`` binds more than once (its loops' placeholders and
+    saved lists, a swap, an adjoint chosen by which array a name holds), or an empty set.
+
+    Numba's parallel passes (``parallel=True``) run an array analysis over the whole function
+    that gives each array name one equivalence class of shapes: a name bound to arrays of other
+    sizes at different points (a placeholder of size 0, then the step's array) fails its
+    inserted checks at run time (``AssertionError: Sizes of _d11, _t10.4 do not match``: a time
+    loop around a prange whose step rebinds ``u = u * 0.9 + k * np.sin(u)``) or, worse, reads
+    a wrong size (numba/numba#9769, #7681). A kernel with such a name keeps its prange loops
+    serial (``codegen.generate``): the serial engine's answer, and no parallel analysis."""
+    tree = ast.parse(source)
+    arrays = {v for v, t in types.items() if isinstance(t, nbt.Array)}
+    counts = {}
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.For) else []
+        for t in targets:
+            for name in ast.walk(t):
+                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
+                    counts[name.id] = counts.get(name.id, 0) + 1
+    adjoint = re.compile(r"(?:d_|_d)(\w+)")
+
+    def is_array(name):
+        m = adjoint.fullmatch(name)
+        return name in arrays or (m is not None and (m.group(1) in arrays
+                                                     or f"_t{m.group(1)}" in arrays))
+    return {name for name, k in counts.items() if k > 1 and is_array(name)}
 
 
 def zeroed_in_chunks(lines):

@@ -151,7 +151,10 @@ class PrangeLoops:
             lines.append(f"{pad}    s += {self._prange_term(r, reads, ['x0'])}")
             used.add("accumulator")
         if timed:
-            lines.append(r.choice(["        u, out = out, u", "        u[:] = out"]))
+            # a swap binds u and out to both arrays: kept serial (parallel.rebinds_arrays)
+            lines.append(r.choice(["        u, out = out, u", "        u[:] = out",
+                                   "        for j in numba.prange(v0.shape[0]):\n"
+                                   "            u[j] = out[j]"]))
         result = "u" if timed else "out"
         then = ""
         if r.random() < 0.2:
