@@ -24,7 +24,7 @@ class PrangeLoops:
         pick = r.random()
         if pick < 0.25:
             return self._prange_rows(r)
-        if pick < 0.45:
+        if pick < 0.5:
             return self._prange_map(r)
         n = r.randint(12, 40)
         # scalars held fixed (not differentiated): no scalar adjoint is summed, so a stencil's
@@ -118,7 +118,7 @@ class PrangeLoops:
         c = self._prange_const
         lo, hi = r.randint(0, 2), r.randint(0, 2)
         used = {"prange loop", "array written at its own index"}
-        timed = r.random() < 0.25
+        timed = r.random() < 0.4
         src = "u" if timed else "v0"
         pad = "    " * (2 if timed else 1)
         # (np.empty_like only where the loop writes every element: the rest is garbage)
