@@ -16,6 +16,7 @@ import pytest
 
 import numbarules as nr
 from numbarules.testing import check_grad
+from perf.bench_prange import heat_p
 
 
 def rosenbrock(x, a):
@@ -203,18 +204,10 @@ def mapped_then_loop(x, w):
     return s
 
 
-def heat(u0, k, steps):
-    """Two prange loops inside a time loop, updating in place: each step's maps in chunks (the
-    tanh saved in the step's slots), the array each overwrites saved whole per step."""
-    u = u0.copy()
-    v = np.zeros_like(u0)
-    n = u0.shape[0]
-    for t in range(steps):
-        for i in numba.prange(1, n - 1):
-            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
-        for i in numba.prange(1, n - 1):
-            u[i] = v[i]
-    return np.sum(u * u)
+# perf/bench_prange.py's heat steps: two prange loops inside a time loop, updating in place;
+# each step's maps in chunks (the tanh saved in the step's slots), the array each overwrites
+# saved whole per step
+heat = heat_p
 
 
 def heat_swapped(u0, k, steps):

@@ -59,6 +59,12 @@ with tanh evaluated twice). A fused loop (it writes no array) still re-executes 
 loop writes may be shared by the chunks when each iteration writes its own element and the loop
 never reads it; anything else keeps the loop serial (``# prange: serial in this schedule``).
 
+A prange loop nested in other loops (a time loop around it) is split the same way when nothing
+after it reads its values (``two_pass_shape``); a kernel that binds an array name to several
+arrays (a swap, the placeholders of saved arrays) keeps its prange loops serial
+(``rebinds_arrays``: Numba's parallel array analysis, which covers the whole kernel, mis-sizes
+such names).
+
 A write at ``i + a < 0`` would count from the end of the array, into another chunk's elements:
 a loop whose start allows that runs serially (a constant start) or as one chunk (a start known
 at run time). The trip counts of nested loops, saved and restored around each entry, start
