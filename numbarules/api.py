@@ -204,6 +204,14 @@ class Gradient:
             src = src.replace("\n", f"\n    # {self.__qualname__}: the forward and reverse of "
                               f"{spec.fn.name} ({spec.fn.file}:{spec.fn.firstline}) in one "
                               f"function\n", 1)
+        if whole and k.chunks:
+            # the chunk loops as functions of their own, on threads (ad/outline.py)
+            for fname, chunk in k.chunks:
+                targets.exec_source(chunk, ns, f"{self.__qualname__}.{fname}", origin=spec.fn)
+                ns[fname] = cache.owned(ns[fname], f"{self.__qualname__} ({fname})",
+                                        owner=requester or self, depends=(node,),
+                                        options=dict(self.flags.options(), parallel=True),
+                                        python=False)
         targets.exec_source(src, ns, self.__qualname__, origin=spec.fn if whole else None)
         # The entry's driver is what Python calls (entries.install_direct_entry), with a CPython
         # wrapper; it is stored on disk under what it computes
@@ -213,7 +221,7 @@ class Gradient:
         # compiles the kernel value_and_grad shares)
         requester = requester or self
         options = self.flags.options()
-        if whole and k.parallel:
+        if whole and k.parallel and not k.chunks:
             options["parallel"] = True      # a prange loop's chunks (ad/parallel.py)
         disp = cache.owned(ns[self.__name__], requester.__qualname__, owner=requester,
                            depends=(node,), options=options or None,

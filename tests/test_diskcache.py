@@ -713,3 +713,54 @@ def test_every_helper_generated_code_calls_can_be_fingerprinted():
     from numbarules.ad import runtime
     for name, value in runtime.HELPERS.items():
         assert diskcache.fingerprint(value) is not None, name
+
+
+PRANGE_MODULE = '''
+import math
+import numba
+import numpy as np
+
+def steps(u0, k, n_steps):
+    u = u0.copy()
+    v = np.empty_like(u0)
+    n = u0.shape[0]
+    for t in range(n_steps):
+        for i in numba.prange(1, n - 1):
+            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
+        v[0] = u[0]
+        v[n - 1] = u[n - 1]
+        u, v = v, u
+    return np.sum(u * u)
+
+def outer(u0, k):
+    return steps(u0, k, 3) * 2.0
+'''
+
+
+def test_a_parallel_gradient_and_a_caller_of_its_serial_vjp_load_in_a_new_process(project):
+    """A prange gradient's driver (its chunk loops outlined, ad/outline.py) and the serial vjp a
+    caller links both count threads (``_num_threads``, by symbol: intrinsics.num_threads); both
+    are stored, and load in a process that has compiled no parallel code yet."""
+    (project.cache_dir.parent / "prmod.py").write_text(PRANGE_MODULE)
+    after = """
+    import prmod
+    u0 = np.sin(np.linspace(0.0, 3.0, 40))
+    go = nr.grad(prmod.outer, argnums=(0, 1))(u0, 0.2)      # first: no parallel code loaded
+    gs = nr.grad(prmod.steps, argnums=(0, 1))(u0, 0.2, 4)
+    out.update(steps=[gs[0].tolist(), gs[1]], outer=[go[0].tolist(), go[1]])
+    """
+    first = project(after=after)
+    second = project(after=after)
+    assert second["compiles"] == 0 and second["disk_hits"] > first["disk_hits"]
+    for key in ("steps", "outer"):
+        np.testing.assert_allclose(second[key][0], first[key][0], rtol=1e-15)
+        assert second[key][1] == first[key][1]
+    # and right: central differences of the Python function (prange runs as range there)
+    ns = {}
+    exec(PRANGE_MODULE, ns)
+    u0, h = np.sin(np.linspace(0.0, 3.0, 40)), 1e-6
+    e = np.eye(40)[7] * h
+    assert np.isclose(first["steps"][0][7], (ns["steps"](u0 + e, 0.2, 4)
+                                             - ns["steps"](u0 - e, 0.2, 4)) / (2 * h), rtol=1e-6)
+    assert np.isclose(first["outer"][1], (ns["outer"](u0, 0.2 + h)
+                                          - ns["outer"](u0, 0.2 - h)) / (2 * h), rtol=1e-6)

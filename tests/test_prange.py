@@ -16,6 +16,8 @@ import pytest
 
 import numbarules as nr
 from numbarules.testing import check_grad
+from numbarules.ad import outline
+from numbarules.api import spec_for_call
 from perf.bench_prange import heat_p
 
 
@@ -212,8 +214,9 @@ heat = heat_p
 
 def heat_swapped(u0, k, steps):
     """The same steps with the buffers swapped: the names u and v are bound to both arrays in
-    turn, which Numba's parallel analysis mis-sizes (it failed its own size check at run time
-    on a step that rebinds ``u = u * 0.9 + ...``): serial (parallel.rebinds_arrays)."""
+    turn, which Numba's parallel analysis of a whole kernel mis-sizes (it failed its own size
+    check at run time on a step that rebinds ``u = u * 0.9 + ...``); the chunk loops run as
+    functions of their own (ad/outline.py), whose arrays are arguments bound once."""
     u = u0.copy()
     v = np.empty_like(u0)
     n = u0.shape[0]
@@ -227,7 +230,7 @@ def heat_swapped(u0, k, steps):
 
 
 def rebound(u0, k, steps):
-    """A prange reduction in a time loop whose step rebinds the array: serial, and right."""
+    """A prange reduction in a time loop whose step rebinds the array (to a new one)."""
     u = u0.copy()
     s = 0.0
     for t in range(steps):
@@ -239,6 +242,7 @@ def rebound(u0, k, steps):
 
 mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
 mapped_then_loop_serial, heat_serial = serial_twin(mapped_then_loop), serial_twin(heat)
+heat_swapped_serial, rebound_serial = serial_twin(heat_swapped), serial_twin(rebound)
 
 RNG = np.random.default_rng(7)
 CASES = [
@@ -253,6 +257,8 @@ CASES = [
     ("two passes", mapped_sum, mapped_sum_serial, (RNG.normal(size=33), 0.6), (0, 1)),
     ("two passes", mapped_then_loop, mapped_then_loop_serial, (RNG.normal(size=26), 0.9), (0, 1)),
     ("time steps", heat, heat_serial, (RNG.normal(size=30), 0.2, 4), (0, 1)),
+    ("swapped steps", heat_swapped, heat_swapped_serial, (RNG.normal(size=30), 0.2, 4), (0, 1)),
+    ("rebound steps", rebound, rebound_serial, (RNG.normal(size=30), 0.3, 3), (0, 1)),
     ("rows", wrapped, wrapped_serial, (RNG.normal(size=31), 2), (0,)),
     ("chunks", pair_energy, pair_energy_serial, (RNG.normal(size=(23, 2)),), (0,)),
     ("chunks", gathered, gathered_serial, (RNG.normal(size=13), RNG.integers(0, 13, 29), 1.5),
@@ -290,7 +296,7 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
     assert "_prange(" in src
     # adjoint arrays allocated unfilled, zeroed in parts on the threads (or written whole by a
     # gather): no serial memset before the chunks
-    if schedule != "time steps":     # (a swap's adjoints are chosen by which array is which)
+    if not schedule.endswith("steps"):   # (a swap's adjoints: chosen by which array is which)
         assert "_zeros_like(" not in src
     src = src.replace("_prange(_znt)", "")      # (that part's prange)
     if schedule == "waves":
@@ -313,6 +319,11 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
         # each step's maps in one chunk per thread, the stencil's reverse in waves
         assert src.count("_prange(") == 4 and "the even ones in parallel" in src
         assert "_k_f8_c2 = _k_f8 + (_lo2 + _k2)" in src and "_restore(v, " in src
+    elif schedule == "swapped steps":
+        # the map in chunks, forward and reverse, though the names u and v swap arrays
+        assert src.count("_prange(") == 2 and "# prange: serial" not in src
+    elif schedule == "rebound steps":
+        assert src.count("_prange(") == 2 and "accumulators per chunk" in src
     elif schedule == "rows":
         assert "one contiguous chunk of iterations per thread, all at once" in src
         assert "_pa_" not in src
@@ -357,13 +368,10 @@ def test_a_write_that_may_count_from_the_end_keeps_one_chunk(threads):
 
 
 @pytest.mark.parametrize("f, args", [(carried, (RNG.normal(size=9),)),
-                                     (last_read, (RNG.normal(size=8),)),
-                                     (heat_swapped, (RNG.normal(size=30), 0.2, 4)),
-                                     (rebound, (RNG.normal(size=30), 0.3, 3))])
+                                     (last_read, (RNG.normal(size=8),))])
 def test_loops_that_carry_state_or_write_arrays_stay_serial_and_right(f, args):
     src = nr.code(nr.grad(f), *args, kind="vjp")
     assert "_prange(" not in src and "# prange: serial" in src
-    assert ("rebinds_arrays" in src) == (f in (heat_swapped, rebound))
     check_grad(f, *args, argnums=(0,))
 
 
@@ -458,3 +466,40 @@ def test_zero_part_zeroes_exactly_its_share_of_the_bytes():
     f = np.asfortranarray(np.full((4, 3), 2.0))
     part(f, 0, 1)
     assert np.all(f == 0.0)
+
+
+def test_the_driver_runs_each_chunk_loop_as_a_function_of_its_own():
+    """The driver Python calls is compiled without ``parallel=True``; each chunk loop is a
+    function of its own (ad/outline.py), which Numba's parallel passes analyse alone: the
+    swapped names ``u`` and ``v`` are its arguments there, each bound once."""
+    args = (RNG.normal(size=30), 0.2, 4)
+    k = spec_for_call(heat_swapped, args, (0, 1)).kernels
+    names = [name for name, _ in k.chunks]
+    # the map's forward, the zeroing of two adjoint arrays, the map's reverse
+    assert names == [f"_chunks_heat_swapped_{j}" for j in (1, 2, 3, 4)]
+    body = "\n".join(k.whole_body)
+    assert "_prange(" not in body and "u = _t26" in body     # the swap, in the driver
+    assert all(f"{name}(" in body for name in names)
+    for name, src in k.chunks:
+        assert src.startswith(f"def {name}(") and src.count("_prange(") == 1
+    check_grad(heat_swapped, *args, argnums=(0, 1))
+
+
+def test_outline_takes_what_a_chunk_reads_and_refuses_a_chunk_value_read_after():
+    body = ["    s = 0.0",
+            "    for t in range(m):",
+            "        # the chunks",
+            "        for _c in _prange(n):",
+            "            v = x[_c] * s",
+            "            y[_c] = v",
+            "        v = 2.0",
+            "        s = s + v"]
+    driver, chunks = outline.outline(body, "f", ("x", "y", "n", "m"))
+    assert driver[:3] == ("    s = 0.0", "    for t in range(m):", "        # the chunks")
+    assert driver[3] == "        _chunks_f_1(n, x, s, y)"
+    assert chunks == (("_chunks_f_1", "def _chunks_f_1(n, x, s, y):\n"
+                       "    for _c in _prange(n):\n        v = x[_c] * s\n        y[_c] = v\n"),)
+    # v read after the loop before it is assigned (on the next step's path, or after the loop)
+    assert outline.outline(body[:6] + ["        s = s + v"], "f", ("x", "y", "n", "m")) is None
+    assert outline.outline(body + ["    z = v"], "f", ("x", "y", "n", "m")) is not None
+    assert outline.outline(body[:6] + ["    z = v"], "f", ("x", "y", "n", "m")) is None

@@ -17,11 +17,12 @@ iteration the cheap statements the plan chose to recompute instead of saving.
 """
 
 import os
+import dataclasses
 from dataclasses import dataclass
 
 from numba import types as nbt
 
-from . import fusion, gather, ir, parallel, simplify
+from . import fusion, gather, ir, outline, parallel, simplify
 from .adjoint_vars import AdjointVariables, forwardable
 from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
@@ -77,15 +78,26 @@ class Kernels:
                                # (or calls a callee's pullback on kept residuals): it can run
                                # once on its residuals (api.pullback runs the forward again)
     parallel: bool = False     # the vjp has a prange loop's chunks (ad/parallel.py): the
-                               # driver Python calls, built from whole_body, compiles parallel=True
+                               # driver Python calls runs them on threads
+    chunks: tuple = ()         # (name, source) of each chunk loop of whole_body as a function
+                               # of its own (ad/outline.py), compiled with parallel=True; empty
+                               # where the parallel driver compiles whole with parallel=True
 
 
 def generate(fn, types, plan, name, mask):
     """Sources of ``fwd_<name>``, ``bwd_<name>``, ``vjp_<name>`` for this plan."""
     kernels = _Gen(fn, types, plan, name, mask).build()
-    if kernels.parallel and parallel.rebinds_arrays(kernels.whole or kernels.vjp, types):
-        # Numba's parallel analysis mis-sizes an array name bound to several arrays (see
-        # parallel.rebinds_arrays): such a kernel runs its prange loops serially
+    if not kernels.parallel:
+        return kernels
+    # The driver runs its chunk loops as functions of their own, compiled with parallel=True
+    # (ad/outline.py): Numba's parallel analysis of a whole kernel mis-sizes an array name
+    # bound to several arrays (parallel.rebinds_arrays), which the chunks' arguments never are
+    outlined = outline.outline(kernels.whole_body, name, fn.params)
+    if outlined is not None and not any(parallel.rebinds_arrays(src, types)
+                                        for _, src in outlined[1]):
+        return dataclasses.replace(kernels, whole_body=outlined[0], chunks=outlined[1])
+    if parallel.rebinds_arrays(kernels.whole or kernels.vjp, types):
+        # neither outlined nor safe whole: such a kernel runs its prange loops serially
         kernels = _Gen(fn, types, plan, name, mask, serial=True).build()
     return kernels
 

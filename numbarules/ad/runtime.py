@@ -37,6 +37,10 @@ _reserve = intrinsics.reserve_tape       # _reserve(t, used, more): t, or a copy
 _zeros_like = intrinsics.zeros_like      # _zeros_like(x): np.zeros_like(x)
 _empty_like = intrinsics.empty_like      # _empty_like(x): np.empty_like(x) (ad/gather.py's fresh)
 _zero_part = intrinsics.zero_part        # _zero_part(a, c, n): part c of n of a's bytes zeroed
+# numba.get_num_threads() as an int64 (an int32 there: a chunk count computed from it is one type
+# wherever it is assigned, so the driver's typing compiles each outlined chunk function, which
+# it types as it meets it, for one set of types), and code that calls it can be stored on disk
+_num_threads = intrinsics.num_threads
 
 
 _push_view = intrinsics.push_view      # _push_view(t, used, a): t grown, a's elements after used
@@ -125,7 +129,7 @@ HELPERS = {"_List": numba.typed.List, "_copy_into": _copy_into, "_rv_start": _rv
            "_zero_part": _zero_part, "_matmul_tn": _matmul_tn, "_matmul_nt": _matmul_nt,
            "_np": np,
            # a prange loop's parallel schedule (ad/parallel.py)
-           "_prange": numba.prange, "_num_threads": numba.get_num_threads}
+           "_prange": numba.prange, "_num_threads": _num_threads}
 
 
 def _ub(x, like):

@@ -151,10 +151,15 @@ class PrangeLoops:
             lines.append(f"{pad}    s += {self._prange_term(r, reads, ['x0'])}")
             used.add("accumulator")
         if timed:
-            # a swap binds u and out to both arrays: kept serial (parallel.rebinds_arrays)
-            lines.append(r.choice(["        u, out = out, u", "        u[:] = out",
-                                   "        for j in numba.prange(v0.shape[0]):\n"
-                                   "            u[j] = out[j]"]))
+            # a swap binds u and out to both arrays in turn, a copy binds u to a new one: the
+            # chunks run as functions of their own then (ad/outline.py), whose arguments are not
+            # rebound
+            step = r.choice(["        u, out = out, u", "        u[:] = out",
+                             "        for j in numba.prange(v0.shape[0]):\n"
+                             "            u[j] = out[j]", "        u = out.copy()"])
+            used.add("time loop: " + ("swap" if "," in step else "rebinding" if "copy" in step
+                                      else "copy in place"))
+            lines.append(step)
         result = "u" if timed else "out"
         then = ""
         if r.random() < 0.2:

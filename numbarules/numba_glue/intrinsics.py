@@ -364,6 +364,30 @@ def zero_part(typingctx, a, c, nch):
     return types.none(a, c, nch), codegen
 
 
+# The thread count a parallel kernel splits its chunks by (ad/parallel.py). Numba's own
+# ``numba.get_num_threads()`` in compiled code calls the threading layer through a ctypes
+# function pointer, an address of this process ("dynamic globals"): code holding one cannot be
+# stored, so no parallel gradient was ever kept in the disk cache. This calls the layer's
+# exported ``get_num_threads`` by symbol, as Numba's parfor lowering does, which the layer
+# registers with LLVM when it is launched (at this intrinsic's typing; a process loading stored
+# code that calls it launches it first: persist.rebuild_result).
+@numba_intrinsic
+def num_threads(typingctx):
+    from numba.np.ufunc.parallel import _launch_threads
+    _launch_threads()
+
+    def codegen(context, builder, sig, args):
+        # (the type from the context, not cgutils.intp_t: a global the disk cache's fingerprint
+        # of this function would have to hash, an LLVM type object)
+        fnty = llvm_ir.FunctionType(context.get_value_type(types.intp), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, NUM_THREADS_SYMBOL)
+        return builder.call(fn, [])
+    return types.intp(), codegen
+
+
+NUM_THREADS_SYMBOL = "get_num_threads"
+
+
 @numba_intrinsic
 def empty_like(typingctx, a):
     """``np.empty_like(a)`` (``zeros_like``'s array, not filled), for an adjoint array whose

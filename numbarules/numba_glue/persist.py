@@ -10,6 +10,7 @@ from numba.core.codegen import RuntimeLinker
 from numba.core.registry import cpu_target
 
 from .callables import _live, _register
+from .intrinsics import NUM_THREADS_SYMBOL
 
 
 def _randomise_unique_ids():
@@ -114,6 +115,13 @@ def rebuild_result(dispatcher, data):
     # lowering registry (with SciPy's BLAS check, ~0.8 s); loading machine code needs none of it.
     from numba.core.runtime import rtsys
     rtsys.initialize(dispatcher.targetctx)
+    if NUM_THREADS_SYMBOL.encode() in data:
+        # code that asks the threading layer for its thread count by symbol (intrinsics.
+        # num_threads): the layer registers the symbol when launched, which a parallel function
+        # loaded from disk does itself (its reload_init) but a serial one that only counts
+        # threads does not: an unresolved symbol would abort the process
+        from numba.np.ufunc.parallel import _launch_threads
+        _launch_threads()
     own, closure = pickle.loads(data)
     libraries = {}
     for symbol, payload, calls in closure:
