@@ -15,9 +15,11 @@ prange, and a stencil with a transcendental, whose fused loop keeps a one-iterat
   schedule (its forward loop and its reverse loop in chunks, tanh's values saved in each
   iteration's slots);
 - heat steps: 10 steps of an explicit heat equation with a tanh term, n = 200,000, two prange
-  loops inside the time loop updating in place (a swap of the buffers keeps the kernel serial:
-  ad/parallel.py ``rebinds_arrays``): each step's maps in chunks, the stencil's reverse in even
-  and odd chunks, the overwritten buffers saved whole per step.
+  loops inside the time loop updating in place: each step's maps in chunks, the stencil's
+  reverse in even and odd chunks, the overwritten buffers saved whole per step;
+- heat swapped: the same steps with one prange loop and the buffers swapped (``u, v = v, u``),
+  the form that stayed serial until the chunk loops were compiled as functions of their own
+  (ad/outline.py).
 
 For each: the gradient (``nr.value_and_grad``) on 1 and on 2 threads (``numba.set_num_threads``),
 and the primal compiled by Numba with ``parallel=True`` on the same thread counts; the serial
@@ -99,6 +101,19 @@ def heat_p(u0, k, steps):
     return np.sum(u * u)
 
 
+def heat_swapped_p(u0, k, steps):
+    u = u0.copy()
+    v = np.empty_like(u0)
+    n = u0.shape[0]
+    for t in range(steps):
+        for i in numba.prange(1, n - 1):
+            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
+        v[0] = u[0]
+        v[n - 1] = u[n - 1]
+        u, v = v, u
+    return np.sum(u * u)
+
+
 def smooth_p(x):
     s = 0.0
     for i in numba.prange(1, x.shape[0] - 1):
@@ -139,7 +154,8 @@ def main(quick=False):
              ("W4 row logsumexp", lse_rows_p, (rng.normal(size=(n4, n4)),)),
              ("stencil + sin", smooth_p, (rng.normal(size=n1),)),
              ("tanh map", tanh_map_p, (rng.normal(size=n1), 0.7)),
-             ("heat steps", heat_p, (rng.normal(size=n1 // 5), 0.2, 10))]
+             ("heat steps", heat_p, (rng.normal(size=n1 // 5), 0.2, 10)),
+             ("heat swapped", heat_swapped_p, (rng.normal(size=n1 // 5), 0.2, 10))]
     print(f"prange gradients, {numba.config.NUMBA_NUM_THREADS} threads available "
           f"(threading layer after the first run below)")
     print(f"{'workload':<18} {'grad 1t':>9} {'grad 2t':>9} {'speedup':>7} {'primal 2t':>9} "

@@ -716,21 +716,7 @@ def test_every_helper_generated_code_calls_can_be_fingerprinted():
 
 
 PRANGE_MODULE = '''
-import math
-import numba
-import numpy as np
-
-def steps(u0, k, n_steps):
-    u = u0.copy()
-    v = np.empty_like(u0)
-    n = u0.shape[0]
-    for t in range(n_steps):
-        for i in numba.prange(1, n - 1):
-            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
-        v[0] = u[0]
-        v[n - 1] = u[n - 1]
-        u, v = v, u
-    return np.sum(u * u)
+from perf.bench_prange import heat_swapped_p as steps
 
 def outer(u0, k):
     return steps(u0, k, 3) * 2.0

@@ -18,7 +18,7 @@ import numbarules as nr
 from numbarules.testing import check_grad
 from numbarules.ad import outline
 from numbarules.api import spec_for_call
-from perf.bench_prange import heat_p
+from perf.bench_prange import heat_p, heat_swapped_p
 
 
 def rosenbrock(x, a):
@@ -212,21 +212,11 @@ def mapped_then_loop(x, w):
 heat = heat_p
 
 
-def heat_swapped(u0, k, steps):
-    """The same steps with the buffers swapped: the names u and v are bound to both arrays in
-    turn, which Numba's parallel analysis of a whole kernel mis-sizes (it failed its own size
-    check at run time on a step that rebinds ``u = u * 0.9 + ...``); the chunk loops run as
-    functions of their own (ad/outline.py), whose arrays are arguments bound once."""
-    u = u0.copy()
-    v = np.empty_like(u0)
-    n = u0.shape[0]
-    for t in range(steps):
-        for i in numba.prange(1, n - 1):
-            v[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * math.tanh(u[i])
-        v[0] = u[0]
-        v[n - 1] = u[n - 1]
-        u, v = v, u
-    return np.sum(u * u)
+# the same steps with one map and the buffers swapped (perf/bench_prange.py): the names u and v
+# are bound to both arrays in turn, which Numba's parallel analysis of a whole kernel mis-sizes
+# (it failed its own size check at run time on a step that rebinds ``u = u * 0.9 + ...``); the
+# chunk loops run as functions of their own (ad/outline.py), whose arrays are arguments bound once
+heat_swapped = heat_swapped_p
 
 
 def rebound(u0, k, steps):
@@ -476,7 +466,7 @@ def test_the_driver_runs_each_chunk_loop_as_a_function_of_its_own():
     k = spec_for_call(heat_swapped, args, (0, 1)).kernels
     names = [name for name, _ in k.chunks]
     # the map's forward, the zeroing of two adjoint arrays, the map's reverse
-    assert names == [f"_chunks_heat_swapped_{j}" for j in (1, 2, 3, 4)]
+    assert names == [f"_chunks_heat_swapped_p_{j}" for j in (1, 2, 3, 4)]
     body = "\n".join(k.whole_body)
     assert "_prange(" not in body and "u = _t26" in body     # the swap, in the driver
     assert all(f"{name}(" in body for name in names)

@@ -589,8 +589,8 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         the CPU, and every value it saves is saved in slots of its iteration's own
         (``slotted``)."""
         return (loop.parallel and self.device is None and not self.fusing and not self.plain
-                and loop.snapshots is None and not self.loop_views(loop) and parallel.two_pass_shape(self.fn.body, loop)
-                and self.independent_saves(loop))
+                and loop.snapshots is None and not self.loop_views(loop)
+                and parallel.two_pass_shape(self.fn.body, loop) and self.independent_saves(loop))
 
     def independent_saves(self, loop):
         """Whether every value ``loop`` saves is saved in slots (``slotted``) and none is read

@@ -60,10 +60,11 @@ loop writes may be shared by the chunks when each iteration writes its own eleme
 never reads it; anything else keeps the loop serial (``# prange: serial in this schedule``).
 
 A prange loop nested in other loops (a time loop around it) is split the same way when nothing
-after it reads its values (``two_pass_shape``); a kernel that binds an array name to several
-arrays (a swap, the placeholders of saved arrays) keeps its prange loops serial
-(``rebinds_arrays``: Numba's parallel array analysis, which covers the whole kernel, mis-sizes
-such names).
+after it reads its values (``two_pass_shape``), also when the time loop swaps or rebinds its
+arrays: the driver runs each chunk loop as a function of its own (ad/outline.py), so Numba's
+parallel array analysis, which would mis-size an array name bound to several arrays across a
+whole kernel, sees the loop's arrays as arguments bound once (a kernel that cannot be outlined
+and binds an array name twice keeps its prange loops serial: ``rebinds_arrays``).
 
 A write at ``i + a < 0`` would count from the end of the array, into another chunk's elements:
 a loop whose start allows that runs serially (a constant start) or as one chunk (a start known
@@ -77,9 +78,10 @@ than a ``prange`` over the iterations with Numba's reduction inference: the reve
 reads and rewrites adjoints in ways Numba's parfor analysis would take for reductions, and a
 chunk per thread makes every shared write a write into the chunk's own slot. Addition in
 another order than the serial loop's changes the last bits of a sum, as ``prange`` does in the
-primal. Only the driver Python calls compiles with ``parallel=True``; the vjp kernel compiled
-callers link runs ``prange`` as ``range`` (the same result), so a gradient called inside the
-user's own parallel loop launches no nested parallel work.
+primal. Only the driver Python calls runs chunks on threads (its chunk loops outlined and
+compiled with ``parallel=True``); the vjp kernel compiled callers link runs ``prange`` as
+``range`` (the same result), so a gradient called inside the user's own parallel loop launches
+no nested parallel work.
 """
 
 import ast
@@ -363,8 +365,10 @@ def rebinds_arrays(source, types):
     sizes at different points (a placeholder of size 0, then the step's array) fails its
     inserted checks at run time (``AssertionError: Sizes of _d11, _t10.4 do not match``: a time
     loop around a prange whose step rebinds ``u = u * 0.9 + k * np.sin(u)``) or, worse, reads
-    a wrong size (numba/numba#9769, #7681). A kernel with such a name keeps its prange loops
-    serial (``codegen.generate``): the serial engine's answer, and no parallel analysis."""
+    a wrong size (numba/numba#9769, #7681). The driver's chunk loops are therefore compiled
+    as functions of their own (ad/outline.py), each asked this of its own text; a kernel that
+    cannot be outlined and has such a name keeps its prange loops serial
+    (``codegen.generate``): the serial engine's answer, and no parallel analysis."""
     tree = ast.parse(source)
     arrays = {v for v, t in types.items() if isinstance(t, nbt.Array)}
     counts = {}
