@@ -7,6 +7,7 @@ otherwise. Every gradient here is checked against central differences and agains
 function written with range (the serial engine), at one thread and at two.
 """
 
+import ast
 import math
 import types
 
@@ -363,6 +364,49 @@ def test_loops_that_carry_state_or_write_arrays_stay_serial_and_right(f, args):
     src = nr.code(nr.grad(f), *args, kind="vjp")
     assert "_prange(" not in src and "# prange: serial" in src
     check_grad(f, *args, argnums=(0,))
+
+
+def nested_map(x, w):
+    """A prange map along each row inside a prange over the rows: the inner loop's reverse
+    reads and zeroes ``d_out[i, j]``, which zeroed per-chunk copies of ``d_out`` (the schedule
+    for adjoints written at no index of the loop's own) got wrong: zero for ``x``, silently."""
+    out = np.zeros_like(x)
+    for i in numba.prange(x.shape[0]):
+        for j in numba.prange(x.shape[1]):
+            out[i, j] = math.tanh(w * x[i, j]) * x[i, j]
+    return np.sum(out * out)
+
+
+def nested_sum(x, w):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        for j in numba.prange(x.shape[1]):
+            s += math.tanh(w * x[i, j]) * x[i, 0]
+    return s
+
+
+@pytest.mark.parametrize("f", [nested_map, nested_sum])
+def test_a_prange_nested_in_a_prange_is_the_serial_gradient(f):
+    x = RNG.normal(size=(5, 13))
+    serial = serial_twin(f)
+    src = nr.code(nr.value_and_grad(f, (0, 1)), x, 0.7, kind="vjp")
+    assert "_pa_d_out" not in src        # no private copy of an adjoint the loop reads
+    value, grads = nr.value_and_grad(f, (0, 1))(x, 0.7)
+    value_s, grads_s = nr.value_and_grad(serial, (0, 1))(x, 0.7)
+    assert value == pytest.approx(value_s, rel=1e-12)
+    for g, gs in zip(grads, grads_s):
+        np.testing.assert_allclose(g, gs, rtol=1e-11, atol=1e-12)
+    check_grad(f, x, 0.7, argnums=(0, 1))
+
+
+def test_only_added_into():
+    """The private-copy schedule's condition (parallel._only_added_into)."""
+    from numbarules.ad.parallel import _only_added_into
+    ok = ["d_x[i, j] = d_x[i, j] + _d9", "d_x[i] += _d6 * w"]
+    assert _only_added_into(ast.parse("\n".join(ok)).body, {"d_x"})
+    for bad in ["_d10 = d_x[i, j]", "d_x[i, j] = 0.0", "d_x[i] = d_x[i + 1] + _d",
+                "d_x[i] += d_x[0]", "d_x[i] = d_x[i] * 2.0", "d_x[d_x[0]] += 1.0"]:
+        assert not _only_added_into(ast.parse("\n".join(ok + [bad])).body, {"d_x"}), bad
 
 
 def test_a_loop_reading_the_array_it_writes_runs_its_reverse_in_chunks():

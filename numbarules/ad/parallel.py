@@ -226,7 +226,13 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
     own = {name: f"{name}_c{k}" for name in list(sums) + list(copies) + list(tapes)
            + [f"_k_{key}" for key in slots]}
     if span is None:
-        own.update({name: f"{name}_c{k}" for name in arrays})   # private copies
+        # private copies, each chunk's added into the shared array after the chunks: right
+        # only for an array the loop adds into and nothing else (the two-pass reverse of a
+        # store reads and zeroes its adjoint, ``_d = d_out[i, j]; d_out[i, j] = 0.0``: on a
+        # zeroed copy that read is 0 and the zeroing is lost, a silently wrong gradient)
+        if not _only_added_into(tree.body, set(arrays)):
+            return None
+        own.update({name: f"{name}_c{k}" for name in arrays})
     return comments + _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own,
                                offsets, tapes, primal, slots, reverse)
 
@@ -448,6 +454,35 @@ def _stencil_offsets(gen, loop, stmts, arrays):
                     return None
                 found.append(offsets[first.id])
     return (min(found), max(found)) if found else (0, 0)
+
+
+def _only_added_into(stmts, arrays):
+    """Whether the statements use each of ``arrays`` only to add into its elements:
+    ``d[idx] = d[idx] + e`` or ``d[idx] += e``, with ``e`` not reading it."""
+    module = ast.Module(body=list(stmts), type_ignores=[])
+
+    def reads(e):
+        return any(isinstance(n, ast.Name) and n.id in arrays for n in ast.walk(e))
+
+    def element(t):
+        return isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
+            and t.value.id in arrays
+
+    allowed = set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) \
+                and element(node.target) and not reads(node.value) \
+                and not reads(node.target.slice):
+            allowed.add(id(node.target.value))
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and element(node.targets[0]) and isinstance(node.value, ast.BinOp) \
+                and isinstance(node.value.op, ast.Add) and element(node.value.left):
+            t, left = node.targets[0], node.value.left
+            if t.value.id == left.value.id and ast.dump(t.slice) == ast.dump(left.slice) \
+                    and not reads(node.value.right) and not reads(t.slice):
+                allowed.update((id(t.value), id(left.value)))
+    return all(id(n) in allowed for n in ast.walk(module)
+               if isinstance(n, ast.Name) and n.id in arrays)
 
 
 def _read_arrays(stmts):

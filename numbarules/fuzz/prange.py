@@ -26,6 +26,8 @@ class PrangeLoops:
             return self._prange_rows(r)
         if pick < 0.5:
             return self._prange_map(r)
+        if pick < 0.6:
+            return self._prange_nested(r)
         n = r.randint(12, 40)
         # scalars held fixed (not differentiated): no scalar adjoint is summed, so a stencil's
         # reverse becomes a gather in chunks (ad/gather.py, parallel)
@@ -78,6 +80,41 @@ class PrangeLoops:
             used.add("inner loop over the others")
         ret = f"    return s * {self._prange_const(r)}" + (f" + {self._prange_const(r)} * u" if sub else "")
         lines.append(ret)
+        return self._prange_finish(args, used, lines)
+
+    def _prange_nested(self, r):
+        """A prange loop over a matrix's rows with a prange (or range) loop along each row
+        inside: a map writing ``out[i, j]`` (or ``out[i, j] += ...`` into a matrix of values
+        from before the loops), a reduction, or both. The inner loop's iterations write their
+        own column of a row whose index is the outer loop's (found by review, 2026-12-06: its
+        reverse split into chunks with zeroed private copies of an adjoint it reads)."""
+        rows, cols = r.randint(3, 9), r.randint(8, 24)
+        args = [Arg("x0", "f", diff=True), Arg("m0", "m", (rows, cols), "C", diff=True)]
+        r.shuffle(args)
+        c = self._prange_const
+        used = {"prange loop", "nested prange"}
+        inner = r.choice(["numba.prange", "numba.prange", "range"])
+        mapped, summed = r.choice([(True, False), (True, True), (False, True)])
+        init = r.choice(["np.zeros_like(m0)", "m0 * 0.5"])
+        lines = [f"    out = {init}", "    s = 0.0",
+                 "    for i in numba.prange(m0.shape[0]):",
+                 f"        for j in {inner}(m0.shape[1]):"]
+        reads = ["m0[i, j]", "x0", "m0[i, 0]"]
+        lines.append(f"            a = {self._prange_term(r, reads[:1], ['x0'])}")
+        reads.append("a")
+        if r.random() < 0.5:
+            lines.append(f"            b = math.tanh({self._prange_term(r, reads, ['x0'])})")
+            reads.append("b")
+            used.add("two values saved")
+        if mapped:
+            op = r.choice(["=", "=", "+="]) if init != "np.zeros_like(m0)" else "="
+            lines.append(f"            out[i, j] {op} {self._prange_term(r, reads, ['x0'])} * "
+                         f"{self._prange_term(r, reads, ['x0'])}")
+            used.add("nested map" + (" adding" if op == "+=" else ""))
+        if summed:
+            lines.append(f"            s += {self._prange_term(r, reads, ['x0'])}")
+            used.add("nested accumulator")
+        lines.append(f"    return np.sum(out * out) * {c(r)} + s * x0")
         return self._prange_finish(args, used, lines)
 
     def _prange_rows(self, r):
