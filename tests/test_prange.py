@@ -358,8 +358,40 @@ def test_a_write_that_may_count_from_the_end_keeps_one_chunk(threads):
     check_grad(wrapped_const, x, argnums=(0,))
 
 
+def recurrence(x):
+    """Not a sum: ``s = 0.5 * s + ...`` (Numba refuses it in a parallel primal). Chunks that
+    each summed their own ``s`` gave a silently wrong gradient until 2026-12-06."""
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s = s * 0.5 + math.sin(x[i])
+    return s
+
+
+def recurrence_mapped(x):
+    out = np.zeros_like(x)
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        out[i] = x[i] * 2.0
+        s = s * 0.5 + x[i]
+    return np.sum(out * out) + s
+
+
+def running_sum_written(x):
+    """``s += x[i]`` is a sum, but ``out[i] = s`` reads it: each iteration needs the ones
+    before it (a prefix sum)."""
+    out = np.zeros_like(x)
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i]
+        out[i] = s * x[i]
+    return np.sum(out * out)
+
+
 @pytest.mark.parametrize("f, args", [(carried, (RNG.normal(size=9),)),
-                                     (last_read, (RNG.normal(size=8),))])
+                                     (last_read, (RNG.normal(size=8),)),
+                                     (recurrence, (RNG.normal(size=30),)),
+                                     (recurrence_mapped, (RNG.normal(size=30),)),
+                                     (running_sum_written, (RNG.normal(size=30),))])
 def test_loops_that_carry_state_or_write_arrays_stay_serial_and_right(f, args):
     src = nr.code(nr.grad(f), *args, kind="vjp")
     assert "_prange(" not in src and "# prange: serial" in src

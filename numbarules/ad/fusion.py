@@ -197,6 +197,20 @@ def _nested_loops_local(body, sites, accumulators):
     return True
 
 
+def accumulators(loop):
+    """The scalars ``loop`` assigns only as accumulators (``_is_accumulator``: ``s += u``,
+    ``s = s - u``, and read nowhere else in the loop): what a loop's chunks may each sum on
+    their own, added after the chunks (ad/parallel.py)."""
+    inside = list(ir.walk(loop.body))
+    sites, reads = {}, {}
+    for s in inside:
+        if isinstance(s, ir.Assign):
+            sites.setdefault(s.target, []).append(s)
+        for name in stmt_reads(s):
+            reads.setdefault(name, []).append(s)
+    return {v for v, ss in sites.items() if _is_accumulator(v, ss, reads, inside)}
+
+
 def _is_accumulator(v, sites, reads, inside):
     """Every site is ``v = t`` with ``t = v + u``, ``u + v`` or ``v - u``, and ``v`` is read
     nowhere else in the loop."""

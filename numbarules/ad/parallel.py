@@ -109,8 +109,13 @@ def two_pass_shape(body, loop):
     if after is None:
         return False                 # not a loop of this function
     assigned = {x.target for x in loop.body if isinstance(x, ir.Assign)} | {loop.var}
-    # accumulators (s += u) are read after the loop: the chunks' sums are added there
+    # a value an iteration hands the next (read before it is assigned) is an accumulator
+    # (s += u), read nowhere else in the loop: each chunk sums its own, added after the loop,
+    # where it may be read. Anything else (s = 0.5 * s + u; out[i] = s after s += u) is a
+    # recurrence the chunks would cut: serial (Numba refuses such a prange in the primal)
     carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
+    if not carried <= fusion.accumulators(loop):
+        return False
     return all(v in carried for v in assigned if fusion.exposed(after, v)[0])
 
 
@@ -153,6 +158,7 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
     types, names, d = gen.types, gen.names, gen.names.d
     assigned = {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}
     carried = {v for v in assigned if fusion.exposed(loop.body, v)[0]}
+    accumulators = fusion.accumulators(loop)
     local_adjoints = {d(v): v for v in assigned - carried if v in names.adj}
     carried_adjoints = {d(v): v for v in carried if v in names.adj}
     outer_adjoints = {d(v): v for v in names.adj if v not in assigned}
@@ -184,6 +190,8 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
             zeros[name] = types[name]
             continue
         if name in carried and _float(types.get(name)):
+            if name not in accumulators:
+                return None          # a recurrence, not a sum the chunks may split
             sums[name] = types[name]
         elif name in outer_adjoints and _float(types.get(outer_adjoints[name])):
             sums[name] = types[outer_adjoints[name]]

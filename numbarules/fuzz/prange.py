@@ -69,7 +69,15 @@ class PrangeLoops:
         if gather:
             reads.append("v1[(3 * i + 1) % v1.shape[0]]")
             used.add("gather")
-        lines.append(f"        s += {self._prange_term(r, reads, scalars)} + {self._prange_term(r, reads, scalars)}")
+        if r.random() < 0.08:
+            # not a sum: each iteration needs the one before (serial; Numba refuses it in a
+            # parallel primal)
+            lines.append(f"        s = {self._prange_const(r)} * s + "
+                         f"{self._prange_term(r, reads, scalars)}")
+            used.add("recurrence")
+        else:
+            lines.append(f"        s += {self._prange_term(r, reads, scalars)} + "
+                         f"{self._prange_term(r, reads, scalars)}")
         if sub:
             lines.append(f"        u -= {self._prange_term(r, reads, scalars)}")
             used.add("subtracted accumulator")
@@ -185,8 +193,12 @@ class PrangeLoops:
         lines.append(f"{pad}    out[i] = {self._prange_term(r, reads, ['x0'])} * "
                      f"{self._prange_term(r, reads, ['x0'])}")
         if r.random() < 0.4:
-            lines.append(f"{pad}    s += {self._prange_term(r, reads, ['x0'])}")
-            used.add("accumulator")
+            if r.random() < 0.2:
+                lines.append(f"{pad}    s = {c(r)} * s + {self._prange_term(r, reads, ['x0'])}")
+                used.add("recurrence")
+            else:
+                lines.append(f"{pad}    s += {self._prange_term(r, reads, ['x0'])}")
+                used.add("accumulator")
         if timed:
             # a swap binds u and out to both arrays in turn, a copy binds u to a new one: the
             # chunks run as functions of their own then (ad/outline.py), whose arguments are not
