@@ -541,11 +541,13 @@ def test_the_driver_runs_each_chunk_loop_as_a_function_of_its_own():
     args = (RNG.normal(size=30), 0.2, 4)
     k = spec_for_call(heat_swapped, args, (0, 1)).kernels
     names = [name for name, _ in k.chunks]
-    # the map's forward, the zeroing of two adjoint arrays, the map's reverse
-    assert names == [f"_chunks_heat_swapped_p_{j}" for j in (1, 2, 3, 4)]
+    # the map's forward, the zeroing of an adjoint array (two runs of them: one function),
+    # the map's reverse
+    assert names == [f"_chunks_heat_swapped_p_{j}" for j in (1, 2, 3)]
     body = "\n".join(k.whole_body)
     assert "_prange(" not in body and "u = _t26" in body     # the swap, in the driver
     assert all(f"{name}(" in body for name in names)
+    assert body.count("_chunks_heat_swapped_p_2(_znt, ") == 2
     for name, src in k.chunks:
         assert src.startswith(f"def {name}(") and src.count("_prange(") == 1
     check_grad(heat_swapped, *args, argnums=(0, 1))
@@ -568,4 +570,8 @@ def test_outline_takes_what_a_chunk_reads_and_refuses_a_chunk_value_read_after()
     # v read after the loop before it is assigned (on the next step's path, or after the loop)
     assert outline.outline(body[:6] + ["        s = s + v"], "f", ("x", "y", "n", "m")) is None
     assert outline.outline(body + ["    z = v"], "f", ("x", "y", "n", "m")) is not None
+    # the same loop over other arrays calls the same function
+    twice = body + ["    for _c in _prange(n):", "        v = m[_c] * s", "        x[_c] = v"]
+    driver, chunks = outline.outline(twice, "f", ("x", "y", "n", "m"))
+    assert len(chunks) == 1 and driver[-1] == "    _chunks_f_1(n, m, s, x)"
     assert outline.outline(body[:6] + ["    z = v"], "f", ("x", "y", "n", "m")) is None

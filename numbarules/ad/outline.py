@@ -21,6 +21,7 @@ schedules guarantee (what a chunk hands on goes through arrays: the per-chunk su
 slots); ``outline`` returns None otherwise, and the driver keeps its loops inline."""
 
 import ast
+import re
 
 
 def outline(lines, name, params):
@@ -39,23 +40,30 @@ def outline(lines, name, params):
         and isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     src = text.split("\n")           # src[k - 1] is line k of the parse
     out, chunks, done = [], [], 1    # done: the last line of the parse copied or replaced
-    for k, loop in enumerate(loops, 1):
+    shared = {}                      # a loop's text with its arguments numbered -> function
+    for loop in loops:
         assigned = {n.id for n in ast.walk(loop)
                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         after = _after(func.body, loop)
         if any(_reads_first(after, v) for v in assigned):
             return None              # a chunk's value read after the loop: not outlined
         args = _arguments(loop, driver_locals)
-        fname = f"_chunks_{name}_{k}"
         first = loop.lineno
         # comments just above the loop stay in the driver (they say which schedule it is)
         out.extend(src[done:first - 1])
         indent = src[first - 1][:len(src[first - 1]) - len(src[first - 1].lstrip())]
         block = [line[len(indent):] if line.strip() else ""
                  for line in src[first - 1:loop.end_lineno]]
+        body = "".join(f"    {line}\n" if line else "\n" for line in block)
+        # a loop that is another one with other arrays (the zeroing of each run of adjoint
+        # arrays) calls that one's function: one compile per argument types, not per loop
+        same = re.sub(r"\b(" + "|".join(map(re.escape, args)) + r")\b",
+                      lambda m: f"_arg{args.index(m.group(1))}", body) if args else body
+        fname = shared.get(same)
+        if fname is None:
+            fname = shared[same] = f"_chunks_{name}_{len(chunks) + 1}"
+            chunks.append((fname, f"def {fname}({', '.join(args)}):\n" + body))
         out.append(f"{indent}{fname}({', '.join(args)})")
-        chunks.append((fname, f"def {fname}({', '.join(args)}):\n"
-                       + "".join(f"    {line}\n" if line else "\n" for line in block)))
         done = loop.end_lineno
     out.extend(src[done:])
     while out and not out[-1].strip():

@@ -339,6 +339,13 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
                                                                           reverse=True)))
                          + r")(?!\w)")
     extra = "    " * (len(inner) // 4 + 1 - (indent + 1))
+    if slots and not reverse:
+        # the forward's last step of a slotted counter (``_k_f8 += 1``) is dead: each iteration
+        # sets its counter from its number
+        bumps = {f"_k_{key} += {len(saves)}" for key, saves in slots.items()}
+        body_lines = list(body_lines)
+        while body_lines and (not body_lines[-1].strip() or body_lines[-1].strip() in bumps):
+            body_lines.pop()
     for line in body_lines:
         if own and not line.strip().startswith("#"):
             # names outside string literals (an error message may hold the same words)
