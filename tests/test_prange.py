@@ -550,6 +550,13 @@ def test_the_driver_runs_each_chunk_loop_as_a_function_of_its_own():
     assert body.count("_chunks_heat_swapped_p_2(_znt, ") == 2
     for name, src in k.chunks:
         assert src.startswith(f"def {name}(") and src.count("_prange(") == 1
+    # the driver Python calls compiles without parallel=True, its chunk functions with it
+    g = nr.value_and_grad(heat_swapped, (0, 1))
+    g(*args)
+    (driver, _), = g._drivers.values()
+    assert not driver.targetoptions.get("parallel")
+    ns = driver.py_func.__globals__
+    assert all(ns[name].targetoptions.get("parallel") for name in names)
     check_grad(heat_swapped, *args, argnums=(0, 1))
 
 
