@@ -582,3 +582,27 @@ def test_outline_takes_what_a_chunk_reads_and_refuses_a_chunk_value_read_after()
     driver, chunks = outline.outline(twice, "f", ("x", "y", "n", "m"))
     assert len(chunks) == 1 and driver[-1] == "    _chunks_f_1(n, m, s, x)"
     assert outline.outline(body[:6] + ["    z = v"], "f", ("x", "y", "n", "m")) is None
+
+
+def test_a_kernel_that_cannot_be_outlined_and_rebinds_arrays_stays_serial(monkeypatch):
+    """The fallback of codegen.generate: were a driver's chunk loops not outlined, the whole
+    driver would compile with parallel=True, whose array analysis mis-sizes the swapped names:
+    such a kernel keeps its prange loops serial (and right)."""
+    from numbarules.ad import codegen
+    monkeypatch.setattr(codegen.outline, "outline", lambda *args: None)
+    f = types.FunctionType(heat_swapped_p.__code__, heat_swapped_p.__globals__, "heat_fallback")
+    args = (RNG.normal(size=30), 0.2, 4)
+    src = nr.code(nr.grad(f, (0, 1)), *args, kind="vjp")
+    assert "_prange(" not in src and "this kernel binds an array name" in src
+    check_grad(f, *args, argnums=(0, 1))
+
+
+def test_rebinds_arrays_names_the_arrays_and_adjoints_bound_twice():
+    from numbarules.ad import parallel
+    a = numba.typeof(np.zeros(3))
+    arrays = parallel.array_names({"u": a, "v": a, "_t4": a, "k": numba.float64},
+                                  {"u": "d_u", "v": "d_v_", "_t4": "_d4", "k": "d_k"})
+    assert arrays == {"u", "v", "_t4", "d_u", "d_v_", "_d4"}
+    src = ("def f(u, v, k):\n    d_v_ = u\n    d_k = 0.0\n    d_k = 1.0\n    u, v = v, u\n"
+           "    d_v_ = v\n    _d4 = u\n")
+    assert parallel.rebinds_arrays(src, arrays) == {"u", "v", "d_v_"}

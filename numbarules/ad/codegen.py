@@ -86,17 +86,19 @@ class Kernels:
 
 def generate(fn, types, plan, name, mask):
     """Sources of ``fwd_<name>``, ``bwd_<name>``, ``vjp_<name>`` for this plan."""
-    kernels = _Gen(fn, types, plan, name, mask).build()
+    gen = _Gen(fn, types, plan, name, mask)
+    kernels = gen.build()
     if not kernels.parallel:
         return kernels
+    arrays = parallel.array_names(types, gen.names.adj)
     # The driver runs its chunk loops as functions of their own, compiled with parallel=True
     # (ad/outline.py): Numba's parallel analysis of a whole kernel mis-sizes an array name
     # bound to several arrays (parallel.rebinds_arrays), which the chunks' arguments never are
     outlined = outline.outline(kernels.whole_body, name, fn.params)
-    if outlined is not None and not any(parallel.rebinds_arrays(src, types)
+    if outlined is not None and not any(parallel.rebinds_arrays(src, arrays)
                                         for _, src in outlined[1]):
         return dataclasses.replace(kernels, whole_body=outlined[0], chunks=outlined[1])
-    if parallel.rebinds_arrays(kernels.whole or kernels.vjp, types):
+    if parallel.rebinds_arrays(kernels.whole or kernels.vjp, arrays):
         # neither outlined nor safe whole: such a kernel runs its prange loops serially
         kernels = _Gen(fn, types, plan, name, mask, serial=True).build()
     return kernels

@@ -377,9 +377,10 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
 ZEROS = re.compile(r"    (\w+) = _zeros_like\((\w+)\)")
 
 
-def rebinds_arrays(source, types):
-    """The array names the kernel ``source`` binds more than once (its loops' placeholders and
-    saved lists, a swap, an adjoint chosen by which array a name holds), or an empty set.
+def rebinds_arrays(source, arrays):
+    """The names of ``arrays`` (``array_names``) the kernel ``source`` binds more than once (its
+    loops' placeholders and saved lists, a swap, an adjoint chosen by which array a name
+    holds), or an empty set.
 
     Numba's parallel passes (``parallel=True``) run an array analysis over the whole function
     that gives each array name one equivalence class of shapes: a name bound to arrays of other
@@ -391,22 +392,25 @@ def rebinds_arrays(source, types):
     cannot be outlined and has such a name keeps its prange loops serial
     (``codegen.generate``): the serial engine's answer, and no parallel analysis."""
     tree = ast.parse(source)
-    arrays = {v for v, t in types.items() if isinstance(t, nbt.Array)}
     counts = {}
     for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):      # a parameter is bound at the call
+            for a in node.args.args:
+                counts[a.arg] = counts.get(a.arg, 0) + 1
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, ast.For) else []
         for t in targets:
             for name in ast.walk(t):
                 if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
                     counts[name.id] = counts.get(name.id, 0) + 1
-    adjoint = re.compile(r"(?:d_|_d)(\w+)")
+    return {name for name, k in counts.items() if k > 1 and name in arrays}
 
-    def is_array(name):
-        m = adjoint.fullmatch(name)
-        return name in arrays or (m is not None and (m.group(1) in arrays
-                                                     or f"_t{m.group(1)}" in arrays))
-    return {name for name, k in counts.items() if k > 1 and is_array(name)}
+
+def array_names(types, adjoints):
+    """The kernel's array names: the primal's array variables (``types``) and their adjoints
+    (``adjoints``: primal name -> adjoint name, the generator's ``_Names.adj``)."""
+    arrays = {v for v, t in types.items() if isinstance(t, nbt.Array)}
+    return arrays | {adjoints[v] for v in arrays if v in adjoints}
 
 
 def zeroed_in_chunks(lines):
