@@ -112,12 +112,7 @@ def fusion(fn, plan, types=None):
         # Likewise an array (or struct, tuple) made after the loop: its adjoint is allocated
         # like its value, which post's forward only makes after the reverse of post ran.
         return None
-    sites, reads = {}, {}
-    for s in inside:
-        if isinstance(s, ir.Assign):
-            sites.setdefault(s.target, []).append(s)
-        for name in stmt_reads(s):
-            reads.setdefault(name, []).append(s)
+    sites, reads = _sites_and_reads(inside)
     loop_vars = {loop.var} | {s.var for s in inside if isinstance(s, ir.For)}
     after = {n for s in post for n in stmt_reads(s)}
     if after & loop_vars:
@@ -202,13 +197,19 @@ def accumulators(loop):
     ``s = s - u``, and read nowhere else in the loop): what a loop's chunks may each sum on
     their own, added after the chunks (ad/parallel.py)."""
     inside = list(ir.walk(loop.body))
+    sites, reads = _sites_and_reads(inside)
+    return {v for v, ss in sites.items() if _is_accumulator(v, ss, reads, inside)}
+
+
+def _sites_and_reads(stmts):
+    """({name: the assignments of it}, {name: the statements that read it}) over ``stmts``."""
     sites, reads = {}, {}
-    for s in inside:
+    for s in stmts:
         if isinstance(s, ir.Assign):
             sites.setdefault(s.target, []).append(s)
         for name in stmt_reads(s):
             reads.setdefault(name, []).append(s)
-    return {v for v, ss in sites.items() if _is_accumulator(v, ss, reads, inside)}
+    return sites, reads
 
 
 def _is_accumulator(v, sites, reads, inside):
