@@ -558,10 +558,12 @@ def code(f, *args, kind="forward"):
     ``nr.grad`` / ``nr.value_and_grad`` object: its function's kernels for its ``argnums``.
 
     ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
-    "primal" (the normalised primal the two are built from), or "jvp" (forward mode's tangent
-    kernel, tangents for every float argument).
+    "primal" (the normalised primal the two are built from), "jvp" (forward mode's tangent
+    kernel, tangents for every float argument), or "driver" (the vjp as the gradient Python
+    calls runs it: a prange loop's chunk loops as functions of their own, compiled with
+    ``parallel=True``, after it; ad/outline.py).
     """
-    kinds_ = ("forward", "pullback", "vjp", "primal", "jvp")
+    kinds_ = ("forward", "pullback", "vjp", "primal", "jvp", "driver")
     if kind not in kinds_:
         raise ValueError(f"kind must be one of {sorted(kinds_)}, not {kind!r}")
     if kind == "jvp":
@@ -574,9 +576,25 @@ def code(f, *args, kind="forward"):
         targets.check_arguments(g, argtypes, mask)
         return tangent_kernels.specialize(target, argtypes, mask).source
     spec = spec_for_call(f, args, caller="code")
+    if kind == "driver":
+        return _driver_source(spec)
     sources = {"forward": spec.kernels.forward, "pullback": spec.kernels.pullback,
                "vjp": spec.kernels.vjp, "primal": spec.primal_source}
     return sources[kind]
+
+
+def _driver_source(spec):
+    """The vjp with the body the gradient's driver runs (``Kernels.whole_body``: a parallel
+    loop's chunk loops outlined), followed by the chunk functions; the vjp itself where the
+    driver calls the kernels instead."""
+    k = spec.kernels
+    if not k.whole_body:
+        return k.vjp
+    params = ", ".join(list(spec.fn.params) + ["_dout"])
+    tangents = "".join(t + ", " for t in k.whole_tangents)
+    text = (f"def driver_{spec.name}({params}):\n" + "".join(line + "\n" for line in k.whole_body)
+            + f"    return ({k.whole_value}, {tangents})\n")
+    return text + "".join(f"\n\n{src}" for _, src in k.chunks)
 
 
 def _nbytes(v, seen):

@@ -550,6 +550,11 @@ def test_the_driver_runs_each_chunk_loop_as_a_function_of_its_own():
     assert body.count("_chunks_heat_swapped_p_2(_znt, ") == 2
     for name, src in k.chunks:
         assert src.startswith(f"def {name}(") and src.count("_prange(") == 1
+    # nr.code shows it: the driver's text, then its chunk functions
+    drv = nr.code(nr.value_and_grad(heat_swapped, (0, 1)), *args, kind="driver")
+    head, *defs = drv.split("\n\n\ndef ")
+    assert head.startswith("def driver_") and "_prange(" not in head
+    assert [d.split("(")[0] for d in defs] == names
     # the driver Python calls compiles without parallel=True, its chunk functions with it
     g = nr.value_and_grad(heat_swapped, (0, 1))
     g(*args)
