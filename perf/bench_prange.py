@@ -19,7 +19,12 @@ prange, and a stencil with a transcendental, whose fused loop keeps a one-iterat
   reverse in even and odd chunks, the overwritten buffers saved whole per step;
 - heat swapped: the same steps with one prange loop and the buffers swapped (``u, v = v, u``),
   the form that stayed serial until the chunk loops were compiled as functions of their own
-  (ad/outline.py).
+  (ad/outline.py);
+- row map: ``out[i, j] = tanh(x[i, j] * w[j]) * x[i, j]`` over a 1000 x 2000 matrix, the rows in
+  prange with an inner loop along each (the reverse runs each row's forward again: ad/reruns.py;
+  serial until 2026-12-06 late);
+- heat 2-d swapped: 10 steps of a 2-d heat stencil with a tanh term on 500 x 500, rows in prange
+  with an inner loop, the buffers swapped (the same schedule).
 
 For each: the gradient (``nr.value_and_grad``) on 1 and on 2 threads (``numba.set_num_threads``),
 and the primal compiled by Numba with ``parallel=True`` on the same thread counts; the serial
@@ -101,6 +106,27 @@ def heat_p(u0, k, steps):
     return np.sum(u * u)
 
 
+def row_map_p(x, w):
+    out = np.empty_like(x)
+    for i in numba.prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = math.tanh(x[i, j] * w[j]) * x[i, j]
+    return np.sum(out * out)
+
+
+def heat2d_p(u0, k, steps):
+    n, m = u0.shape
+    u = u0.copy()
+    v = u0.copy()
+    for t in range(steps):
+        for i in numba.prange(1, n - 1):
+            for j in range(1, m - 1):
+                v[i, j] = u[i, j] + k * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]
+                                         - 4.0 * u[i, j]) - 0.1 * math.tanh(u[i, j])
+        u, v = v, u
+    return np.sum(u * u)
+
+
 def heat_swapped_p(u0, k, steps):
     u = u0.copy()
     v = np.empty_like(u0)
@@ -155,7 +181,9 @@ def main(quick=False):
              ("stencil + sin", smooth_p, (rng.normal(size=n1),)),
              ("tanh map", tanh_map_p, (rng.normal(size=n1), 0.7)),
              ("heat steps", heat_p, (rng.normal(size=n1 // 5), 0.2, 10)),
-             ("heat swapped", heat_swapped_p, (rng.normal(size=n1 // 5), 0.2, 10))]
+             ("heat swapped", heat_swapped_p, (rng.normal(size=n1 // 5), 0.2, 10)),
+             ("row map", row_map_p, (rng.normal(size=(n4 // 2, n4)), rng.normal(size=n4))),
+             ("heat 2-d swapped", heat2d_p, (rng.normal(size=(n4 // 4, n4 // 4)), 0.1, 10))]
     print(f"prange gradients, {numba.config.NUMBA_NUM_THREADS} threads available "
           f"(threading layer after the first run below)")
     print(f"{'workload':<18} {'grad 1t':>9} {'grad 2t':>9} {'speedup':>7} {'primal 2t':>9} "

@@ -9,6 +9,7 @@ function written with range (the serial engine), at one thread and at two.
 
 import ast
 import math
+import re
 import types
 
 import numba
@@ -231,6 +232,88 @@ def rebound(u0, k, steps):
     return s
 
 
+def row_map(x, w):
+    """The row-wise map: an inner loop along each row writing ``out[i, j]``. Its reverse runs
+    each row's forward again on a tape of its chunk's own (ad/reruns.py); ``d_w[j]`` is written
+    away from the row (a zeroed copy per chunk), ``d_x[i, j]`` at it (shared)."""
+    n, m = x.shape
+    out = np.empty_like(x)
+    for i in numba.prange(n):
+        for j in range(m):
+            out[i, j] = math.tanh(x[i, j] * w[j])
+    return np.sum(out * out)
+
+
+def softmax_rows(x, w):
+    n, k = x.shape
+    out = np.empty_like(x)
+    for i in numba.prange(n):
+        m = x[i, 0]
+        for j in range(1, k):
+            m = max(m, x[i, j])
+        s = 0.0
+        for j in range(k):
+            s += math.exp(x[i, j] - m)
+        for j in range(k):
+            out[i, j] = math.exp(x[i, j] - m) / s
+    return np.sum(out * w)
+
+
+def triangular(x):
+    """An inner loop whose trip count grows with the row: no fixed share of a tape per row."""
+    out = np.zeros_like(x)
+    for i in numba.prange(x.shape[0]):
+        t = 0.0
+        for j in range(i + 1):
+            t += x[j] * x[i]
+        out[i] = math.tanh(t)
+    return np.sum(out * out)
+
+
+def branchy(x, a):
+    """A branch per iteration (a math call's value saved on one side) and an accumulator."""
+    out = np.empty_like(x)
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        if x[i] > 0.0:
+            out[i] = x[i] ** 2 * a
+        else:
+            out[i] = math.sin(x[i]) * a
+        s += x[i] * x[i] * 0.5
+    return np.sum(out * out) + s
+
+
+def heat2d(u0, k, steps):
+    """Rows of a 2-d stencil in a time loop swapping its buffers."""
+    n, m = u0.shape
+    u = u0.copy()
+    v = u0.copy()
+    for t in range(steps):
+        for i in numba.prange(1, n - 1):
+            for j in range(1, m - 1):
+                v[i, j] = u[i, j] + k * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]
+                                         - 4.0 * u[i, j])
+        u, v = v, u
+    return np.sum(u * u)
+
+
+def overwritten(x, w):
+    """The loop overwrites ``t``, whose value from before it the reverse of ``sin(t)`` reads:
+    kept aside before the chunks, set back after the reverse's."""
+    n, m = x.shape
+    t = w * 2.0
+    y = math.sin(t)
+    out = np.empty_like(x)
+    for i in numba.prange(n):
+        for j in range(m):
+            t = x[i, j] * w
+            out[i, j] = t * t
+    return np.sum(out) + y
+
+
+RERUNS = [row_map, softmax_rows, triangular, branchy, heat2d, overwritten]
+(row_map_serial, softmax_rows_serial, triangular_serial, branchy_serial, heat2d_serial,
+ overwritten_serial) = map(serial_twin, RERUNS)
 mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
 mapped_then_loop_serial, heat_serial = serial_twin(mapped_then_loop), serial_twin(heat)
 heat_swapped_serial, rebound_serial = serial_twin(heat_swapped), serial_twin(rebound)
@@ -254,6 +337,13 @@ CASES = [
     ("chunks", pair_energy, pair_energy_serial, (RNG.normal(size=(23, 2)),), (0,)),
     ("chunks", gathered, gathered_serial, (RNG.normal(size=13), RNG.integers(0, 13, 29), 1.5),
      (0, 2)),
+    ("reruns", row_map, row_map_serial, (RNG.normal(size=(9, 5)), RNG.normal(size=5)), (0, 1)),
+    ("reruns", softmax_rows, softmax_rows_serial, (RNG.normal(size=(7, 4)),
+                                                  RNG.normal(size=(7, 4))), (0, 1)),
+    ("reruns", triangular, triangular_serial, (RNG.normal(size=11),), (0,)),
+    ("reruns", branchy, branchy_serial, (RNG.normal(size=13), 0.7), (0, 1)),
+    ("rerun steps", heat2d, heat2d_serial, (RNG.normal(size=(8, 6)), 0.1, 3), (0, 1)),
+    ("reruns", overwritten, overwritten_serial, (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
 ]
 
 
@@ -315,6 +405,19 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
         assert src.count("_prange(") == 2 and "# prange: serial" not in src
     elif schedule == "rebound steps":
         assert src.count("_prange(") == 2 and "accumulators per chunk" in src
+    elif schedule.startswith("rerun"):
+        # the forward saving nothing, then each iteration's forward again on its chunk's own
+        # tape, then its reverse (ad/reruns.py): both loops in chunks, no tape shared
+        code = "\n".join(ln for ln in src.splitlines() if not ln.strip().startswith("#"))
+        assert src.count("_prange(") == 2 and "# prange: serial" not in src
+        assert re.search(r"\b_tape_(f8|i8)_c\d+ = _tape\(16", code)
+        if f is heat2d:
+            assert "_restore(v, _tape_f8, _k_f8)" in code   # the buffer saved whole per step
+        if f is row_map:
+            assert "_pa_d_w_c1" in code and "d_x[i, j] = d_x[i, j] +" in code
+            assert "_pa_d_x" not in code
+        if f is overwritten:
+            assert "_pv1_t = t" in code and "t = _pv1_t" in code
     elif schedule == "rows":
         assert "one contiguous chunk of iterations per thread, all at once" in src
         assert "_pa_" not in src
@@ -415,6 +518,42 @@ def nested_sum(x, w):
         for j in numba.prange(x.shape[1]):
             s += math.tanh(w * x[i, j]) * x[i, 0]
     return s
+
+
+def row_map_in_place(x, w):
+    """Reads the array it writes (``out[i, j] += ...``): its rows cannot run again."""
+    out = x * 0.5
+    for i in numba.prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] += math.tanh(x[i, j] * w)
+    return np.sum(out * out)
+
+
+def overwritten_in_steps(x, w):
+    """A value from before the loop, overwritten by it, read by the reverse after, in a time
+    loop: kept aside once it would need a slot per step; the two-pass schedule, serial."""
+    t = w * 2.0
+    y = math.sin(t)
+    out = np.empty_like(x)
+    for k in range(2):
+        for i in numba.prange(x.shape[0]):
+            for j in range(x.shape[1]):
+                t = x[i, j] * w
+                out[i, j] = t * t * y
+    return np.sum(out) + y
+
+
+@pytest.mark.parametrize("f", [row_map_in_place, overwritten_in_steps])
+def test_rows_that_cannot_run_again_stay_serial_and_right(f):
+    x = RNG.normal(size=(5, 7))
+    src = nr.code(nr.value_and_grad(f, (0, 1)), x, 0.7, kind="vjp")
+    assert "# prange: serial in this schedule" in src
+    value, grads = nr.value_and_grad(f, (0, 1))(x, 0.7)
+    value_s, grads_s = nr.value_and_grad(serial_twin(f), (0, 1))(x, 0.7)
+    assert value == pytest.approx(value_s, rel=1e-12)
+    for g, gs in zip(grads, grads_s):
+        np.testing.assert_allclose(g, gs, rtol=1e-11, atol=1e-12)
+    check_grad(f, x, 0.7, argnums=(0, 1))
 
 
 @pytest.mark.parametrize("f", [nested_map, nested_sum])

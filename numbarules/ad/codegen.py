@@ -26,6 +26,7 @@ from . import fusion, gather, ir, outline, parallel, simplify
 from .adjoint_vars import AdjointVariables, forwardable
 from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
+from .reruns import RerunLoops
 from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
@@ -104,7 +105,7 @@ def generate(fn, types, plan, name, mask):
     return kernels
 
 
-class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, Saves):
+class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, Saves):
     def __init__(self, fn, types, plan, name, mask, serial=False):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
         self.serial = serial        # no prange loop in chunks (parallel.rewrite)
@@ -124,6 +125,7 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         self.shifted = {}           # id(Assign) -> (tape key, offset): shifted saves (tape.py)
         self.top_fused_loop = None     # the fused schedule's loop (fused_schedule.gathered_loop)
         self.plain = False          # the steps a checkpointed loop advances: no saves at all
+        self.rerun_skip = frozenset()   # id() of statements a rerun iteration leaves out (reruns.py)
         self.seed_as = None         # the adjoint a statement's reverse starts from, when not
                                     # its target's (stmt_rev_body with views)
         # Top-level calls whose callee's residuals the forward keeps (call id -> residual name);
@@ -252,10 +254,14 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
             self.stmt_fwd(s, out, reserved)
 
     def stmt_fwd(self, s, out, reserved):
+        if id(s) in self.rerun_skip:
+            return
         out.comment(self.fn, s.line)
         pushed = id(s) in self.plan.pushes and not self.plain
         if isinstance(s, ir.For) and s.snapshots is not None and not self.plain:
             return self.checkpointed_fwd(s, out, reserved)
+        if isinstance(s, ir.For) and self.rerun_parallel(s):
+            return self.rerun_fwd(s, out, reserved)
         if isinstance(s, ir.Assign):
             if pushed and self.reference(s):
                 if not self.reference_unread(s):
@@ -411,6 +417,8 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
         for x in ir.walk(fn.body):          # a checkpointed loop's state at entry (slot 0)
             if isinstance(x, ir.For) and x.snapshots is not None:
                 synthesized |= {f"_c{c}{x.id}_{v}" for v in self.types for c in "rv"}
+            if isinstance(x, ir.For) and self.rerun_parallel(x):
+                synthesized |= {f"_pv{x.id}_{v}" for v in self.rerun_restored(x)}
         primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
         # a function passed as a value is a constant of the specialization (its type is the
         # function): the pullback names it from its namespace, and compiled code could not box
@@ -605,6 +613,8 @@ class _Gen(CheckpointedLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, S
     def parallel_reverse(self, loop, out):
         """The reverse of a prange loop the two-pass schedule splits into chunks (its
         iterations independent: any order), emitted into ``out``; False where it does not."""
+        if self.rerun_parallel(loop):
+            return self.rerun_rev(loop, out)
         if not self.two_pass_parallel(loop):
             return False
         start, indent = len(out.lines), out.indent

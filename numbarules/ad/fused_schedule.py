@@ -117,9 +117,13 @@ class FusedVjp:
         """The prange loop emitted from ``out.lines[start]`` in parallel chunks where
         ad/parallel.py's rule allows, else left serial with a comment saying so. ``two_pass``:
         the forward loop of the two-pass schedule (codegen's ``two_pass_parallel``)."""
-        chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent, two_pass,
-                                   slots=self.slotted(loop) if two_pass else None) \
-            if not two_pass or self.two_pass_parallel(loop) else None
+        if two_pass and self.rerun_parallel(loop):
+            # its forward saving nothing (reruns.py)
+            chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent, two_pass)
+        else:
+            chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent, two_pass,
+                                       slots=self.slotted(loop) if two_pass else None) \
+                if not two_pass or self.two_pass_parallel(loop) else None
         if chunked is not None:
             out.lines[start:] = chunked
             self.parallel = True

@@ -59,6 +59,15 @@ with tanh evaluated twice). A fused loop (it writes no array) still re-executes 
 loop writes may be shared by the chunks when each iteration writes its own element and the loop
 never reads it; anything else keeps the loop serial (``# prange: serial in this schedule``).
 
+**Iterations run again** (ad/reruns.py). A loop the two-pass schedule's slots cannot take
+(an inner loop along a row, a branch: what an iteration saves depends on what every iteration
+before it saved) whose iterations write arrays they never read, bind no array and hand nothing
+but accumulators to what follows (``rerun_loops``) runs its forward in chunks saving nothing;
+its reverse runs each iteration's forward again on a tape of the chunk's own (its stores and
+sums left out), then the iteration's reverse, in chunks as the fused schedule's tape mode does.
+An adjoint array written away from the iteration's own first index (``d_w[j]`` in a loop over
+rows) is summed in a zeroed copy per chunk while the others stay shared.
+
 A prange loop nested in other loops (a time loop around it) is split the same way when nothing
 after it reads its values (``two_pass_shape``), also when the time loop swaps or rebinds its
 arrays: the driver runs each chunk loop as a function of its own (ad/outline.py), so Numba's
@@ -119,6 +128,56 @@ def two_pass_shape(body, loop):
     return all(v in carried for v in assigned if fusion.exposed(after, v)[0])
 
 
+def rerun_loops(fn, types, alias, distinct):
+    """id() of the prange loops whose reverse runs each iteration's forward again
+    (``codegen._Gen.rerun_parallel``): the analysis lets their reverse read what their
+    iterations read, as for a checkpointed loop (residuals._checkpoint_reads)."""
+    return frozenset(id(s) for s in ir.walk(fn.body)
+                     if _rerun_shape(fn.body, s, types, alias, distinct))
+
+
+def _rerun_shape(body, loop, types, alias, distinct):
+    """Whether the prange ``loop`` has the shape whose iterations the reverse may run again, one
+    by one, in chunks (see "Iterations run again" above): a loop two_pass_shape does not take
+    (a nested loop, a branch) that writes arrays it never reads (by any name of their alias
+    class), binds no array and no name of the function but its accumulators that anything after
+    it reads, holds no prange or checkpointed loop and no return. (Two names of one alias class
+    count apart where they surely hold arrays apart whenever the loop starts, ``distinct``: a
+    time loop's swap ``u, v = v, u``.)"""
+    if not (isinstance(loop, ir.For) and loop.parallel and loop.snapshots is None) \
+            or two_pass_shape(body, loop):
+        return False
+    inside = list(ir.walk(loop.body))
+    if not any(isinstance(x, ir.Store) for x in inside):
+        return False                 # writes no array: the fused schedule's (fusion.py)
+    for x in inside:
+        if isinstance(x, ir.Return) or isinstance(x, ir.For) and (
+                x.parallel or x.snapshots is not None):
+            return False
+        if isinstance(x, ir.Assign) and isinstance(types.get(x.target), nbt.Array):
+            return False             # an array bound per iteration (a view, a temporary)
+    stored = {x.array for x in inside if isinstance(x, ir.Store)}
+    read = set()
+    for x in inside:
+        atoms = x.expr.atoms() if isinstance(x, ir.Assign) else \
+            ir.index_atoms(x.index) + (x.value,) if isinstance(x, ir.Store) else ()
+        read |= {a.id for a in atoms if isinstance(a, ir.Name)}
+    apart = distinct.get(id(loop), frozenset())
+    if any(w == n or alias.get(w, w) == alias.get(n, n) and frozenset((w, n)) not in apart
+           for w in stored for n in read):
+        return False                 # an iteration may read what the loop writes
+    after = _after(body, loop)
+    if after is None:
+        return False
+    assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
+    assigned |= {x.var for x in inside if isinstance(x, ir.For)}
+    acc = fusion.accumulators(loop)
+    carried = {v for v in assigned if fusion.exposed(loop.body, v)[0]}
+    if not carried <= acc:
+        return False                 # a recurrence from one iteration to the next
+    return all(v in acc for v in assigned | {loop.var} if fusion.exposed(after, v)[0])
+
+
 def _after(block, loop):
     """The statements that may run after ``loop`` in ``block`` (see two_pass_shape), or None
     where ``loop`` is not in it."""
@@ -164,6 +223,7 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
     outer_adjoints = {d(v): v for v in names.adj if v not in assigned}
 
     sums, copies, zeros, arrays, primal = {}, {}, {}, {}, {}
+    reset = set()                    # local adjoints: zero after the loop, as the serial leaves them
     if "_push_view" in "\n".join(code) or getattr(gen, "rule_lists", None):
         return None                  # whole-array saves, residual lists: not split here
     slotted = {f"_tape_{key}" for key in slots or ()} | {f"_k_{key}" for key in slots or ()}
@@ -175,8 +235,10 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
         tapes[f"_k_{key}"] = "0"
     # values the iteration saves before overwriting and restores before it ends (tape mode):
     # each chunk starts them from a typed zero, as the function does
-    restored = set() if two_pass else {x.target for x in ir.walk(loop.body)
-                                       if isinstance(x, ir.Assign) and id(x) in gen.plan.pushes}
+    restored = set() if two_pass else {x.target if isinstance(x, ir.Assign) else x.var
+                                       for x in ir.walk(loop.body)
+                                       if isinstance(x, (ir.Assign, ir.For))
+                                       and id(x) in gen.plan.pushes}
     # the trip counts of nested loops, saved before an entry overwrites them and restored after
     # its reverse (codegen: ``_n<id>`` on the int tape): each chunk starts them from 0 too
     trips = {f"_n{x.id}" for x in ir.walk(loop.body) if isinstance(x, ir.For)}
@@ -199,6 +261,7 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
             copies[name] = name
         elif name in local_adjoints and _float(types.get(local_adjoints[name])):
             zeros[name] = types[local_adjoints[name]]
+            reset.add(name)
         else:
             return None              # state carried from one iteration to the next: serial
     read = _read_arrays(tree.body) if two_pass else set()
@@ -216,7 +279,22 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
         arrays[name] = t
     if not (sums or arrays or primal):
         return None                  # nothing to split (and no accumulator to speak of)
-    offsets = _stencil_offsets(gen, loop, tree.body, arrays)
+    private = {}
+    if _stencil_offsets(gen, loop, tree.body, arrays) is None:
+        # an adjoint array some iteration writes away from its own first index (``d_w[j]`` in
+        # a loop over rows): each chunk adds into a zeroed copy of its own, added into the
+        # array after the chunks. Right only for an array the loop adds into and nothing else
+        # (the two-pass reverse of a store reads and zeroes its adjoint, ``_d = d_out[i, j];
+        # d_out[i, j] = 0.0``: on a zeroed copy that read is 0 and the zeroing is lost, a
+        # silently wrong gradient). The others stay shared.
+        private = {a: t for a, t in arrays.items()
+                   if _stencil_offsets(gen, loop, tree.body, {a: t}) is None} or dict(arrays)
+        if not _only_added_into(tree.body, set(private)):
+            return None
+        arrays = {a: t for a, t in arrays.items() if a not in private}
+    # (private copies alone: chunks of every nch-th iteration, as work may shrink along the loop)
+    offsets = None if private and not arrays and not primal else \
+        _stencil_offsets(gen, loop, tree.body, arrays)
     if primal:
         # each element of a primal array written by one iteration only (the last writer would
         # otherwise depend on the order), every iteration's writes disjoint from the others'
@@ -232,21 +310,13 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
     tapes = {name: init for name, init in tapes.items() if name in stored}
     slots = {key: saves for key, saves in (slots or {}).items() if f"_k_{key}" in stored}
     own = {name: f"{name}_c{k}" for name in list(sums) + list(copies) + list(tapes)
-           + [f"_k_{key}" for key in slots]}
-    if span is None:
-        # private copies, each chunk's added into the shared array after the chunks: right
-        # only for an array the loop adds into and nothing else (the two-pass reverse of a
-        # store reads and zeroes its adjoint, ``_d = d_out[i, j]; d_out[i, j] = 0.0``: on a
-        # zeroed copy that read is 0 and the zeroing is lost, a silently wrong gradient)
-        if not _only_added_into(tree.body, set(arrays)):
-            return None
-        own.update({name: f"{name}_c{k}" for name in arrays})
+           + [f"_k_{key}" for key in slots] + list(private)}
     return comments + _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own,
-                               offsets, tapes, primal, slots, reverse)
+                               offsets, tapes, primal, private, slots, reverse, reset)
 
 
 def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, offsets, tapes,
-             primal, slots=None, reverse=False):
+             primal, private, slots=None, reverse=False, reset=()):
     k = loop.id
     span = None if offsets is None else offsets[1] - offsets[0]
     nt, nch, c, lo, hi, j, w = (f"_nt{k}", f"_nch{k}", f"_c{k}", f"_lo{k}", f"_hi{k}", f"_k{k}",
@@ -280,12 +350,14 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
         head = [f"{pad}# prange: one chunk of iterations per thread (every nch-th), each with "
                 f"its own accumulators and adjoint arrays (ad/parallel.py)"] + head
         head.append(f"{pad}{nch} = {nt}")
+    if private and span is not None:
+        head.insert(1, f"{pad}# prange: {', '.join(private)}: written away from the "
+                       f"iteration's index, each chunk adds into its own zeroed copy")
     for name, t in sums.items():
         head.append(f"{pad}_ps_{own[name]} = _np.zeros({nch}, _np.{t})")
-    if span is None:
-        for name, t in arrays.items():
-            head.append(f"{pad}_pa_{own[name]} = _np.zeros(({nch},) + {name}.shape, "
-                        f"_np.{t.dtype})")
+    for name, t in private.items():
+        head.append(f"{pad}_pa_{own[name]} = _np.zeros(({nch},) + {name}.shape, "
+                    f"_np.{t.dtype})")
     if slots and reverse:
         for key, saves in sorted(slots.items()):
             # The last iteration's values go back into their slots: the serial layout lets the
@@ -317,9 +389,8 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
         head.append(f"{inner}{name} = {gen.zero(t)}")
     for name, init in tapes.items():
         head.append(f"{inner}{own[name]} = {init}")
-    if span is None:
-        for name in arrays:
-            head.append(f"{inner}{own[name]} = _pa_{own[name]}[{c}]")
+    for name in private:
+        head.append(f"{inner}{own[name]} = _pa_{own[name]}[{c}]")
     if span is not None:
         head.append(f"{inner}for {j} in range({hi} - {lo}):")
         at = f"{lo} + {j}" if loop.step == ir.Const(1) else f"({lo} + {j})"
@@ -359,10 +430,13 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
     for name in sums:
         head.append(f"{pad}for {c} in range({nch}):")
         head.append(f"{pad}    {name} = {name} + _ps_{own[name]}[{c}]")
-    if span is None:
-        for name in arrays:
-            head.append(f"{pad}for {c} in range({nch}):")
-            head.append(f"{pad}    {name} += _pa_{own[name]}[{c}]")
+    for name in private:
+        head.append(f"{pad}for {c} in range({nch}):")
+        head.append(f"{pad}    {name} += _pa_{own[name]}[{c}]")
+    for name in sorted(reset):
+        # the adjoint of a value each iteration assigns before reading it: every iteration's
+        # reverse hands it on and leaves zero (the chunks' copies stay in the chunks)
+        head.append(f"{pad}{name} = {gen.zero(zeros[name])}")
     for key, saves in sorted((slots or {}).items()):
         if not reverse:
             head.append(f"{pad}_k_{key} += {_times(n, len(saves))}")

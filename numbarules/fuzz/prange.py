@@ -28,6 +28,8 @@ class PrangeLoops:
             return self._prange_map(r)
         if pick < 0.6:
             return self._prange_nested(r)
+        if pick < 0.72:
+            return self._prange_row_map(r)
         n = r.randint(12, 40)
         # scalars held fixed (not differentiated): no scalar adjoint is summed, so a stencil's
         # reverse becomes a gather in chunks (ad/gather.py, parallel)
@@ -123,6 +125,81 @@ class PrangeLoops:
             lines.append(f"            s += {self._prange_term(r, reads, ['x0'])}")
             used.add("nested accumulator")
         lines.append(f"    return np.sum(out * out) * {c(r)} + s * x0")
+        return self._prange_finish(args, used, lines)
+
+    def _prange_row_map(self, r):
+        """A loop over a matrix's rows writing each row through inner loops (the row-wise map,
+        whose reverse runs each row's forward again: ad/reruns.py): a value per row first (a
+        running max, a sum of exponentials), a map along the row (over all of it, or over a
+        triangle ``range(min(i + 1, k))``), a branch per row, per-column weights (adjoints
+        written away from the row: a copy per chunk), an accumulator; sometimes a value from
+        before the loop that the loop overwrites and the reverse reads again, sometimes inside
+        a time loop whose steps swap, copy or rebind the buffers."""
+        rows, cols = r.randint(4, 12), r.randint(3, 9)
+        args = [Arg("x0", "f", diff=True), Arg("m0", "m", (rows, cols), "C", diff=True)]
+        weights = r.random() < 0.5
+        if weights:
+            args.append(Arg("w0", "v", (cols,), "C", diff=True))
+        r.shuffle(args)
+        c, term = self._prange_const, self._prange_term
+        used = {"prange loop", "row-wise map"}
+        timed = r.random() < 0.25
+        src = "u" if timed else "m0"
+        pad = "    " * (2 if timed else 1)
+        lines = ["    out = np.zeros_like(m0)", "    s = 0.0"]
+        restore = r.random() < 0.2
+        if restore:
+            lines += ["    a = x0 * 0.5", "    y = math.sin(a) * x0"]
+            used.add("value before the loop overwritten")
+        if timed:
+            lines.insert(0, "    u = m0 * 1.0")
+            lines.append(f"    for t in range({r.randint(2, 3)}):")
+            used.add("prange in a time loop")
+        lines.append(f"{pad}for i in numba.prange({src}.shape[0]):")
+        reads, scalars = [f"{src}[i, j]"], ["x0"]
+        first = r.choice(["max", "sum", None])
+        if first == "max":
+            lines += [f"{pad}    r = {src}[i, 0]", f"{pad}    for j in range(1, {src}.shape[1]):",
+                      f"{pad}        r = max(r, {src}[i, j])"]
+        elif first == "sum":
+            lines += [f"{pad}    r = 0.0", f"{pad}    for j in range({src}.shape[1]):",
+                      f"{pad}        r += math.exp(0.3 * {src}[i, j])"]
+        if first:
+            reads.append("r")
+            used.add(f"row {first} first")
+        trip = r.choice([f"{src}.shape[1]", f"{src}.shape[1]", f"min(i + 1, {src}.shape[1])"])
+        if trip.startswith("min"):
+            used.add("triangular inner loop")
+        lines.append(f"{pad}    for j in range({trip}):")
+        lines.append(f"{pad}        a = {term(r, reads, scalars)}")
+        reads.append("a")
+        if weights:
+            reads.append("w0[j]")
+            used.add("column weights")
+        if r.random() < 0.4:
+            lines.append(f"{pad}        b = math.tanh({term(r, reads, scalars)})")
+            reads.append("b")
+            used.add("two values saved")
+        lines.append(f"{pad}        out[i, j] = {term(r, reads, scalars)} * {term(r, reads, scalars)}")
+        if r.random() < 0.3:
+            row = [x for x in reads if "[i, j]" not in x and x not in ("a", "b", "w0[j]")]
+            v = r.choice(row + [f"{src}[i, 0]"])
+            lines += [f"{pad}    if {src}[i, 0] > 0.0:",
+                      f"{pad}        out[i, 0] = {c(r)} * {v} * x0",
+                      f"{pad}    else:", f"{pad}        out[i, 0] = math.sin({v})"]
+            used.add("branch per row")
+        if r.random() < 0.4:
+            lines.append(f"{pad}    s += {c(r)} * {src}[i, 0] * x0")
+            used.add("accumulator")
+        if timed:
+            step = r.choice(["        u, out = out, u", "        u[:] = out",
+                             "        u = out.copy()"])
+            used.add("time loop: " + ("swap" if "," in step else "rebinding" if "copy" in step
+                                      else "copy in place"))
+            lines.append(step)
+        result = "u" if timed else "out"
+        tail = " + y" if restore else ""
+        lines.append(f"    return np.sum({result} * {result}) * {c(r)} + s * x0{tail}")
         return self._prange_finish(args, used, lines)
 
     def _prange_rows(self, r):
