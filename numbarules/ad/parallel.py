@@ -523,7 +523,9 @@ def _stencil_offsets(gen, loop, stmts, arrays):
     if not arrays or loop.step != ir.Const(1):
         return None if arrays else (0, 0)
     offsets = {loop.var: 0}
-    for x in loop.body:
+    # (also in nested loops and branches: ``_t10 = i - 1`` in a loop along the row; one site,
+    # so wherever an iteration reads it, it holds i - 1)
+    for x in ir.walk(loop.body):
         if isinstance(x, ir.Assign) and len(gen.sites.get(x.target, ())) == 1 \
                 and isinstance(x.expr, ir.BinOp) and x.expr.op in ("+", "-"):
             a, b = x.expr.a, x.expr.b
