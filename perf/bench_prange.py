@@ -21,8 +21,8 @@ prange, and a stencil with a transcendental, whose fused loop keeps a one-iterat
   the form that stayed serial until the chunk loops were compiled as functions of their own
   (ad/outline.py);
 - row map: ``out[i, j] = tanh(x[i, j] * w[j]) * x[i, j]`` over a 1000 x 2000 matrix, the rows in
-  prange with an inner loop along each (the reverse runs each row's forward again: ad/reruns.py;
-  serial until 2026-12-06 late);
+  prange with an inner loop along each (each chunk of rows keeps a tape of its own from forward
+  to reverse: ad/chunk_tapes.py; serial until 2026-12-06 late);
 - heat 2-d swapped: 10 steps of a 2-d heat stencil with a tanh term on 500 x 500, rows in prange
   with an inner loop, the buffers swapped (the same schedule).
 

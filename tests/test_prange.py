@@ -233,9 +233,9 @@ def rebound(u0, k, steps):
 
 
 def row_map(x, w):
-    """The row-wise map: an inner loop along each row writing ``out[i, j]``. Its reverse runs
-    each row's forward again on a tape of its chunk's own (ad/reruns.py); ``d_w[j]`` is written
-    away from the row (a zeroed copy per chunk), ``d_x[i, j]`` at it (shared)."""
+    """The row-wise map: an inner loop along each row writing ``out[i, j]``. Each chunk of rows
+    saves on a tape of its own, kept for the chunk's reverse (ad/chunk_tapes.py); ``d_w[j]`` is
+    written away from the row (a zeroed copy per chunk), ``d_x[i, j]`` at it (shared)."""
     n, m = x.shape
     out = np.empty_like(x)
     for i in numba.prange(n):
@@ -299,7 +299,7 @@ def heat2d(u0, k, steps):
 
 def overwritten(x, w):
     """The loop overwrites ``t``, whose value from before it the reverse of ``sin(t)`` reads:
-    kept aside before the chunks, set back after the reverse's."""
+    saved before the chunks, set back after the reverse's."""
     n, m = x.shape
     t = w * 2.0
     y = math.sin(t)
@@ -311,9 +311,24 @@ def overwritten(x, w):
     return np.sum(out) + y
 
 
-RERUNS = [row_map, softmax_rows, triangular, branchy, heat2d, overwritten]
+def overwritten_in_steps(x, w):
+    """A value from before a time loop, overwritten by the prange loop in each step, read by the
+    reverse after the time loop's: saved before each step's chunks, popped after their reverse."""
+    t = w * 2.0
+    y = math.sin(t)
+    out = np.empty_like(x)
+    for k in range(2):
+        for i in numba.prange(x.shape[0]):
+            for j in range(x.shape[1]):
+                t = x[i, j] * w
+                out[i, j] = t * t * y
+    return np.sum(out) + y
+
+
+
+ROWS = [row_map, softmax_rows, triangular, branchy, heat2d, overwritten, overwritten_in_steps]
 (row_map_serial, softmax_rows_serial, triangular_serial, branchy_serial, heat2d_serial,
- overwritten_serial) = map(serial_twin, RERUNS)
+ overwritten_serial, overwritten_in_steps_serial) = map(serial_twin, ROWS)
 mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
 mapped_then_loop_serial, heat_serial = serial_twin(mapped_then_loop), serial_twin(heat)
 heat_swapped_serial, rebound_serial = serial_twin(heat_swapped), serial_twin(rebound)
@@ -337,13 +352,15 @@ CASES = [
     ("chunks", pair_energy, pair_energy_serial, (RNG.normal(size=(23, 2)),), (0,)),
     ("chunks", gathered, gathered_serial, (RNG.normal(size=13), RNG.integers(0, 13, 29), 1.5),
      (0, 2)),
-    ("reruns", row_map, row_map_serial, (RNG.normal(size=(9, 5)), RNG.normal(size=5)), (0, 1)),
-    ("reruns", softmax_rows, softmax_rows_serial, (RNG.normal(size=(7, 4)),
+    ("chunk tapes", row_map, row_map_serial, (RNG.normal(size=(9, 5)), RNG.normal(size=5)), (0, 1)),
+    ("chunk tapes", softmax_rows, softmax_rows_serial, (RNG.normal(size=(7, 4)),
                                                   RNG.normal(size=(7, 4))), (0, 1)),
-    ("reruns", triangular, triangular_serial, (RNG.normal(size=11),), (0,)),
-    ("reruns", branchy, branchy_serial, (RNG.normal(size=13), 0.7), (0, 1)),
-    ("rerun steps", heat2d, heat2d_serial, (RNG.normal(size=(8, 6)), 0.1, 3), (0, 1)),
-    ("reruns", overwritten, overwritten_serial, (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
+    ("chunk tapes", triangular, triangular_serial, (RNG.normal(size=11),), (0,)),
+    ("chunk tapes", branchy, branchy_serial, (RNG.normal(size=13), 0.7), (0, 1)),
+    ("chunk tapes, steps", heat2d, heat2d_serial, (RNG.normal(size=(8, 6)), 0.1, 3), (0, 1)),
+    ("chunk tapes", overwritten, overwritten_serial, (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
+    ("chunk tapes, steps", overwritten_in_steps, overwritten_in_steps_serial,
+     (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
 ]
 
 
@@ -405,19 +422,23 @@ def test_nr_code_shows_the_parallel_schedule(schedule, f, serial, args, argnums)
         assert src.count("_prange(") == 2 and "# prange: serial" not in src
     elif schedule == "rebound steps":
         assert src.count("_prange(") == 2 and "accumulators per chunk" in src
-    elif schedule.startswith("rerun"):
-        # the forward saving nothing, then each iteration's forward again on its chunk's own
-        # tape, then its reverse (ad/reruns.py): both loops in chunks, no tape shared
+    elif schedule.startswith("chunk tapes"):
+        # each chunk runs the two-pass schedule on a tape of its own, kept from its forward for
+        # its reverse (ad/chunk_tapes.py): both loops in chunks
         code = "\n".join(ln for ln in src.splitlines() if not ln.strip().startswith("#"))
         assert src.count("_prange(") == 2 and "# prange: serial" not in src
-        assert re.search(r"\b_tape_(f8|i8)_c\d+ = _tape\(16", code)
-        if f is heat2d:
-            assert "_restore(v, _tape_f8, _k_f8)" in code   # the buffer saved whole per step
+        assert "each saving on a tape of its own, kept for the chunk's reverse" in src
+        assert "each popping its own tape" in src
+        assert re.search(r"_kt_(f8|i8)_(\d+)\[_kb\2 \+ _c\2\] = _tape_\1_c\2\[:_k_\1_c\2\]",
+                         code)
         if f is row_map:
             assert "_pa_d_w_c1" in code and "d_x[i, j] = d_x[i, j] +" in code
             assert "_pa_d_x" not in code
         if f is overwritten:
-            assert "_pv1_t = t" in code and "t = _pv1_t" in code
+            # t from before the loop: saved before the chunks, back after the reverse's
+            assert "_tape_f8[_k_f8] = t" in code and "t = _tape_f8[_k_f8]" in code
+        if f is heat2d:
+            assert "_restore(v, _tape_f8, _k_f8)" in code   # the buffer saved whole per step
     elif schedule == "rows":
         assert "one contiguous chunk of iterations per thread, all at once" in src
         assert "_pa_" not in src
@@ -521,7 +542,7 @@ def nested_sum(x, w):
 
 
 def row_map_in_place(x, w):
-    """Reads the array it writes (``out[i, j] += ...``): its rows cannot run again."""
+    """Reads the array it writes (``out[i, j] += ...``): not a shape the chunk tapes take."""
     out = x * 0.5
     for i in numba.prange(x.shape[0]):
         for j in range(x.shape[1]):
@@ -529,22 +550,8 @@ def row_map_in_place(x, w):
     return np.sum(out * out)
 
 
-def overwritten_in_steps(x, w):
-    """A value from before the loop, overwritten by it, read by the reverse after, in a time
-    loop: kept aside once it would need a slot per step; the two-pass schedule, serial."""
-    t = w * 2.0
-    y = math.sin(t)
-    out = np.empty_like(x)
-    for k in range(2):
-        for i in numba.prange(x.shape[0]):
-            for j in range(x.shape[1]):
-                t = x[i, j] * w
-                out[i, j] = t * t * y
-    return np.sum(out) + y
-
-
-@pytest.mark.parametrize("f", [row_map_in_place, overwritten_in_steps])
-def test_rows_that_cannot_run_again_stay_serial_and_right(f):
+@pytest.mark.parametrize("f", [row_map_in_place])
+def test_rows_that_read_what_they_write_stay_serial_and_right(f):
     x = RNG.normal(size=(5, 7))
     src = nr.code(nr.value_and_grad(f, (0, 1)), x, 0.7, kind="vjp")
     assert "# prange: serial in this schedule" in src

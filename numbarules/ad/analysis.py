@@ -31,7 +31,7 @@ from numba import types as nbt
 
 from . import ir
 from .kinds import is_array
-from .parallel import rerun_loops
+from .parallel import row_loops
 from .dataflow import _activity, _alias_classes, _in_loop, _reads, _target, views
 from .array_names import (_check_aggregates, _check_array_methods, _check_arrays,
                           _check_fancy_indexing, _check_views, _lazy_views, _loop_views, _rebound)
@@ -63,8 +63,8 @@ class Plan:
                                # after its reverse (_snapshots)
     snapshot_stores: frozenset = frozenset()  # id() of pushed stores those snapshots (or a
                                               # fresh array) make unneeded
-    reruns: frozenset = frozenset()  # id() of prange loops whose reverse runs each iteration
-                                     # again (parallel.rerun_loops)
+    rows: frozenset = frozenset()  # id() of prange loops whose chunks keep tapes of their own
+                                   # between the passes, when the texts allow (chunk_tapes.py)
 
 
 def plan(fn, types, mask, classify):
@@ -84,7 +84,7 @@ def plan(fn, types, mask, classify):
     active = _activity(fn, stmts, types, mask, alias)
     distinct = _distinct(fn, types, view_of)
     recompute = _recomputable(fn.body, sites, types, alias, distinct)
-    reruns = rerun_loops(fn, types, alias, distinct)
+    rows = row_loops(fn, types, alias, distinct)
     loop_views = _loop_views(fn, types, active, view_of, recompute)
     lazy = _lazy_views(fn, types, view_of, sites, in_loop, loop_views)
     _check_views(fn, stmts, types, active, alias, view_of, in_loop, {**loop_views, **lazy})
@@ -121,10 +121,10 @@ def plan(fn, types, mask, classify):
     tests = set()
     while True:
         needed = _needed(stmts, active, recompute, callee_reads,
-                         tests | result_reads | always_read, quotients, reruns)
+                         tests | result_reads | always_read, quotients)
         pushes = _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types,
                          lambda s: _rev_reads(s, active, callee_reads, quotients), tests,
-                         result_reads, rebound, lazy, reruns)
+                         result_reads, rebound, lazy)
         relevant = _reverse_relevant(fn.body, active, pushes)
         # Branch tests matter only where the reverse pass replays the branch.
         more = {s.test.id for s in stmts if isinstance(s, ir.If) and id(s) in relevant
@@ -135,11 +135,10 @@ def plan(fn, types, mask, classify):
     rev = lambda s: _rev_reads(s, active, callee_reads, quotients)   # noqa: E731
     snapshots, snapshot_stores = _snapshots(
         fn, types, alias, distinct, pushes,
-        lambda x, header=True: _reverse_reads(x, rev, recompute, lazy, types, active, header,
-                                              reruns))
+        lambda x, header=True: _reverse_reads(x, rev, recompute, lazy, types, active, header))
     return Plan(frozenset(active), calls, frozenset(needed), frozenset(pushes),
                 {k: tuple(v) for k, v in recompute.items()}, alias,
                 frozenset(in_loop), frozenset(relevant),
                 {v: s for v, s in view_of.items() if v in active}, quotients,
                 {v: lp for v, lp in loop_views.items() if v in active}, rebound,
-                lazy, snapshots, snapshot_stores, reruns)
+                lazy, snapshots, snapshot_stores, rows)

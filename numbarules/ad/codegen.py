@@ -26,7 +26,7 @@ from . import fusion, gather, ir, outline, parallel, simplify
 from .adjoint_vars import AdjointVariables, forwardable
 from .adjoints import Adjoints
 from .checkpointing import CheckpointedLoops
-from .reruns import RerunLoops
+from .chunk_tapes import ChunkTapes
 from .device import DeviceVjp
 from .emit import _Names, _Out
 from .fused_schedule import FusedVjp
@@ -105,7 +105,7 @@ def generate(fn, types, plan, name, mask):
     return kernels
 
 
-class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, Saves):
+class _Gen(CheckpointedLoops, ChunkTapes, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, Saves):
     def __init__(self, fn, types, plan, name, mask, serial=False):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
         self.serial = serial        # no prange loop in chunks (parallel.rewrite)
@@ -125,7 +125,7 @@ class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, Adjoint
         self.shifted = {}           # id(Assign) -> (tape key, offset): shifted saves (tape.py)
         self.top_fused_loop = None     # the fused schedule's loop (fused_schedule.gathered_loop)
         self.plain = False          # the steps a checkpointed loop advances: no saves at all
-        self.rerun_skip = frozenset()   # id() of statements a rerun iteration leaves out (reruns.py)
+        self.dry_run = None         # the Keep of the loop whose texts chunk_tapes tries
         self.seed_as = None         # the adjoint a statement's reverse starts from, when not
                                     # its target's (stmt_rev_body with views)
         # Top-level calls whose callee's residuals the forward keeps (call id -> residual name);
@@ -254,14 +254,10 @@ class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, Adjoint
             self.stmt_fwd(s, out, reserved)
 
     def stmt_fwd(self, s, out, reserved):
-        if id(s) in self.rerun_skip:
-            return
         out.comment(self.fn, s.line)
         pushed = id(s) in self.plan.pushes and not self.plain
         if isinstance(s, ir.For) and s.snapshots is not None and not self.plain:
             return self.checkpointed_fwd(s, out, reserved)
-        if isinstance(s, ir.For) and self.rerun_parallel(s):
-            return self.rerun_fwd(s, out, reserved)
         if isinstance(s, ir.Assign):
             if pushed and self.reference(s):
                 if not self.reference_unread(s):
@@ -319,7 +315,11 @@ class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, Adjoint
                 self.push_view(out, w, self.types[w].dtype)
             if pushed:
                 self.push(out, s.var, self.pushed_type(s), reserved)
-            innermost = not any(isinstance(x, (ir.For, ir.While)) for x in ir.walk(s.body))
+            keep = self.chunk_tapes(s) if s.parallel else None
+            # (a loop whose chunks keep tapes of their own checks each push: its chunks' tapes
+            # start small)
+            innermost = not keep and not any(isinstance(x, (ir.For, ir.While))
+                                             for x in ir.walk(s.body))
             shifted = {}
             if id(s) in self.plan.reverse_relevant and not self.plain:
                 n = f"_n{s.id}"
@@ -347,6 +347,8 @@ class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, Adjoint
                     # a tape of a hundred MB by doubling costs more than the sweeps (a hint:
                     # were the arrays to grow, _push_view still grows the tape)
                     out.add(f"_tape_{key} = _reserve(_tape_{key}, _k_{key}, {n} * ({sizes}))")
+            for v in (self.chunk_restored(s) if keep else ()):
+                self.push(out, v, self.types[v], reserved)    # popped after its reverse
             at = len(out.lines)
             out.add(f"for {s.var} in {ir.range_src(s.start, s.stop, s.step)}:")
             self.nested(s.body, out, innermost)
@@ -356,6 +358,11 @@ class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, Adjoint
                     del self.shifted[id(x)]
             if s.parallel and self.device is None and not self.fusing:
                 self.parallelize(s, out, at, two_pass=True)
+            for v in (self.chunk_restored(s) if keep and self.dry_run is None else ()):
+                # what the serial loop leaves in it is read by nothing but a save (the reverse
+                # pops the value from before the loop): set here, its chunks' values stay
+                # theirs (and the chunk loop is outlined: ad/outline.py)
+                out.add(f"{v} = {self.zero(self.types[v])}")
         elif isinstance(s, ir.While):
             relevant = id(s) in self.plan.reverse_relevant and not self.plain
             w = f"_w{s.id}"
@@ -413,12 +420,10 @@ class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, Adjoint
         synthesized = {f"_{c}{x.id}" for x in ir.walk(fn.body) if isinstance(x, (ir.For, ir.While))
                        for c in ("n", "w")}
         synthesized |= set(self.kept.values()) | {f"_l{n}" for n in self.rule_sites.values()}
-        synthesized |= {f"_lr_{v}" for v in self.types}
+        synthesized |= {f"_lr_{v}" for v in self.types} | set(self.chunk_lists())
         for x in ir.walk(fn.body):          # a checkpointed loop's state at entry (slot 0)
             if isinstance(x, ir.For) and x.snapshots is not None:
                 synthesized |= {f"_c{c}{x.id}_{v}" for v in self.types for c in "rv"}
-            if isinstance(x, ir.For) and self.rerun_parallel(x):
-                synthesized |= {f"_pv{x.id}_{v}" for v in self.rerun_restored(x)}
         primal = (set(self.types) | set(fn.params) | synthesized) - set(self.names.adj.values())
         # a function passed as a value is a constant of the specialization (its type is the
         # function): the pullback names it from its namespace, and compiled code could not box
@@ -613,8 +618,8 @@ class _Gen(CheckpointedLoops, RerunLoops, FusedVjp, DeviceVjp, Adjoints, Adjoint
     def parallel_reverse(self, loop, out):
         """The reverse of a prange loop the two-pass schedule splits into chunks (its
         iterations independent: any order), emitted into ``out``; False where it does not."""
-        if self.rerun_parallel(loop):
-            return self.rerun_rev(loop, out)
+        if self.chunk_tapes(loop):
+            return self.chunk_rev(loop, out)
         if not self.two_pass_parallel(loop):
             return False
         start, indent = len(out.lines), out.indent

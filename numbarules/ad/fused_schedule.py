@@ -4,6 +4,7 @@ Legal when ``fusion.fusion`` says so (ad/fusion.py states the rule); then a redu
 no tape, or a tape of one iteration ("tape mode"). The code of that schedule.
 """
 
+import dataclasses
 import re
 
 from . import fusion, gather, ir, parallel
@@ -117,9 +118,14 @@ class FusedVjp:
         """The prange loop emitted from ``out.lines[start]`` in parallel chunks where
         ad/parallel.py's rule allows, else left serial with a comment saying so. ``two_pass``:
         the forward loop of the two-pass schedule (codegen's ``two_pass_parallel``)."""
-        if two_pass and self.rerun_parallel(loop):
-            # its forward saving nothing (reruns.py)
-            chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent, two_pass)
+        keep = self.chunk_tapes(loop) if two_pass else None
+        if keep is not None and self.dry_run is keep:
+            return                   # (its texts tried: chunk_tapes.py)
+        if keep is not None:
+            # its chunks keep their tapes for the reverse (chunk_tapes.py)
+            chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent, two_pass,
+                                       keep=dataclasses.replace(keep, reverse=False))
+            assert chunked is not None, "the forward's text changed since the dry run"
         else:
             chunked = parallel.rewrite(self, loop, out.lines[start:], out.indent, two_pass,
                                        slots=self.slotted(loop) if two_pass else None) \

@@ -59,14 +59,15 @@ with tanh evaluated twice). A fused loop (it writes no array) still re-executes 
 loop writes may be shared by the chunks when each iteration writes its own element and the loop
 never reads it; anything else keeps the loop serial (``# prange: serial in this schedule``).
 
-**Iterations run again** (ad/reruns.py). A loop the two-pass schedule's slots cannot take
-(an inner loop along a row, a branch: what an iteration saves depends on what every iteration
-before it saved) whose iterations write arrays they never read, bind no array and hand nothing
-but accumulators to what follows (``rerun_loops``) runs its forward in chunks saving nothing;
-its reverse runs each iteration's forward again on a tape of the chunk's own (its stores and
-sums left out), then the iteration's reverse, in chunks as the fused schedule's tape mode does.
+**Chunks with tapes of their own** (ad/chunk_tapes.py). A loop the slots cannot lay out (an
+inner loop along a row, a branch: what an iteration saves depends on what every iteration before
+it saved) whose iterations write arrays they never read, bind no array and hand nothing but
+accumulators to what follows (``row_loops``) runs the two-pass schedule in each chunk: the
+chunk's forward saves on a tape of its own, kept in a list for the chunk's reverse, which pops
+it, the chunk's iterations last to first. Both passes take the reverse's partition (``Keep``).
 An adjoint array written away from the iteration's own first index (``d_w[j]`` in a loop over
-rows) is summed in a zeroed copy per chunk while the others stay shared.
+rows) is summed in a zeroed copy per chunk while the others stay shared (also in the other
+schedules).
 
 A prange loop nested in other loops (a time loop around it) is split the same way when nothing
 after it reads its values (``two_pass_shape``), also when the time loop swaps or rebinds its
@@ -94,8 +95,10 @@ no nested parallel work.
 """
 
 import ast
+import dataclasses
 import re
 import textwrap
+from typing import Any
 
 from numba.core import types as nbt
 
@@ -128,17 +131,16 @@ def two_pass_shape(body, loop):
     return all(v in carried for v in assigned if fusion.exposed(after, v)[0])
 
 
-def rerun_loops(fn, types, alias, distinct):
-    """id() of the prange loops whose reverse runs each iteration's forward again
-    (``codegen._Gen.rerun_parallel``): the analysis lets their reverse read what their
-    iterations read, as for a checkpointed loop (residuals._checkpoint_reads)."""
+def row_loops(fn, types, alias, distinct):
+    """id() of the prange loops whose shape the schedule of chunk tapes takes (ad/chunk_tapes.py,
+    "Chunks with tapes of their own" above)."""
     return frozenset(id(s) for s in ir.walk(fn.body)
-                     if _rerun_shape(fn.body, s, types, alias, distinct))
+                     if _row_shape(fn.body, s, types, alias, distinct))
 
 
-def _rerun_shape(body, loop, types, alias, distinct):
-    """Whether the prange ``loop`` has the shape whose iterations the reverse may run again, one
-    by one, in chunks (see "Iterations run again" above): a loop two_pass_shape does not take
+def _row_shape(body, loop, types, alias, distinct):
+    """Whether the prange ``loop`` has the shape whose chunks may keep tapes of their own: a
+    loop two_pass_shape does not take
     (a nested loop, a branch) that writes arrays it never reads (by any name of their alias
     class), binds no array and no name of the function but its accumulators that anything after
     it reads, holds no prange or checkpointed loop and no return. (Two names of one alias class
@@ -195,13 +197,29 @@ def _after(block, loop):
     return None
 
 
-def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False):
+@dataclasses.dataclass
+class Keep:
+    """What the forward and the reverse loop of a loop with chunk tapes (ad/chunk_tapes.py)
+    share; ``rewrite`` fills it from the reverse's text, then reads it for the forward's."""
+    k: int                           # the loop's id: the names of its lists (_kt_f8_<k>)
+    reverse: bool = False
+    span: Any = None                 # the reverse's partition: None every nch-th iteration,
+    wraps: str = ""                  # else contiguous chunks (in waves if > 0)
+    keys: tuple = ()                 # the tapes the chunks keep
+    ends: dict = dataclasses.field(default_factory=dict)  # name -> type: what each chunk's
+    #                                  forward leaves in its variables for its reverse
+    reads: frozenset = frozenset()   # names the reverse reads and never assigns
+    fixed: bool = False              # set by the dry run of both texts (chunk_tapes.py)
+
+
+def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False, keep=None):
     """The parallel form of the fused loop ``lines`` (its ``for`` line first, at ``indent``
     levels), or None where the rule above does not hold. ``two_pass``: the lines are the
     forward loop or the reverse loop of the two-pass schedule (``codegen._Gen.
     two_pass_parallel``), which may write a primal array at the iteration's own element and
     save values in slots of each iteration's own: ``slots`` (tape key -> the statements
-    saved, ``gen.slotted``), ``reverse`` for the reverse loop."""
+    saved, ``gen.slotted``), ``reverse`` for the reverse loop. ``keep``: the forward or the
+    reverse loop of the schedule of chunk tapes (a ``Keep``; with ``two_pass``)."""
     if getattr(gen, "serial", False):
         return None                  # a kernel whose arrays Numba's analysis would mis-size
     at = next((k for k, ln in enumerate(lines) if not ln.strip().startswith("#")), None)
@@ -227,29 +245,31 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
     if "_push_view" in "\n".join(code) or getattr(gen, "rule_lists", None):
         return None                  # whole-array saves, residual lists: not split here
     slotted = {f"_tape_{key}" for key in slots or ()} | {f"_k_{key}" for key in slots or ()}
-    if two_pass and not set(re.findall(r"\b_(?:tape|k)_\w+", "\n".join(code))) <= slotted:
+    text = "\n".join(code)
+    if two_pass and keep is None and not set(re.findall(r"\b_(?:tape|k)_\w+", text)) <= slotted:
         return None                  # a save or restore the slots do not hold
     tapes = {}                       # a tape of one iteration (fusion's tape mode): one per chunk
-    for key in ([] if two_pass else getattr(gen, "tapes", ())):
+    for key in ([] if two_pass and keep is None else getattr(gen, "tapes", ())):
         tapes[f"_tape_{key}"] = f"_tape(16, _np.{_TAPE_DTYPES[key]})"
         tapes[f"_k_{key}"] = "0"
     # values the iteration saves before overwriting and restores before it ends (tape mode):
     # each chunk starts them from a typed zero, as the function does
-    restored = set() if two_pass else {x.target if isinstance(x, ir.Assign) else x.var
-                                       for x in ir.walk(loop.body)
-                                       if isinstance(x, (ir.Assign, ir.For))
-                                       and id(x) in gen.plan.pushes}
+    restored = set() if two_pass and keep is None else {
+        x.target if isinstance(x, ir.Assign) else x.var for x in ir.walk(loop.body)
+        if isinstance(x, (ir.Assign, ir.For)) and id(x) in gen.plan.pushes}
+    ends = {}                        # (keep, the reverse) loaded from the chunk's tape
     # the trip counts of nested loops, saved before an entry overwrites them and restored after
     # its reverse (codegen: ``_n<id>`` on the int tape): each chunk starts them from 0 too
     trips = {f"_n{x.id}" for x in ir.walk(loop.body) if isinstance(x, ir.For)}
     for name in sorted(stored & exposed):
         if name in tapes or name in slotted:
             continue                 # a chunk's own tape; an iteration's slots (_chunked)
-        if name in trips:
-            zeros[name] = nbt.int64
-            continue
-        if name in restored and gen.zero(types.get(name)):
-            zeros[name] = types[name]
+        if name in trips or name in restored and gen.zero(types.get(name)):
+            t = nbt.int64 if name in trips else types[name]
+            if keep is not None and keep.reverse:
+                ends[name] = t       # the value the chunk's forward left (chunk_tapes.py)
+            else:
+                zeros[name] = t
             continue
         if name in carried and _float(types.get(name)):
             if name not in accumulators:
@@ -307,31 +327,88 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False)
             and loop.start.value + offsets[0] < 0:
         return None                  # a write at a negative index (from the end): serial
     k = loop.id
-    tapes = {name: init for name, init in tapes.items() if name in stored}
+    if keep is not None:
+        # the chunks keep every tape the text reads or writes, and the tapes of the values
+        # their forward leaves for their reverse (``ends``)
+        from .tape import _TAPE_KEYS
+        wraps = "" if span is None or not (arrays or primal) or isinstance(
+            loop.start, ir.Const) else f" and {loop.start.src()} >= {-offsets[0]}"
+        if keep.reverse and not keep.fixed:
+            keep.ends = ends
+            keep.reads = frozenset(v for v in exposed - stored
+                                   if not re.match(r"_(tape|k)_[a-z]\d$", v))
+            keep.span, keep.wraps = span, wraps
+        elif keep.reverse and (set(ends) != set(keep.ends) or (span, wraps) != (
+                keep.span, keep.wraps)):
+            return None              # (not the text the dry run saw)
+        elif not keep.reverse and (not set(keep.ends) <= stored or keep.reads & stored):
+            return None              # a value the reverse reads that the chunks would not hold
+        if any(t not in _TAPE_KEYS for t in keep.ends.values()):
+            return None
+        keys = {key for key in getattr(gen, "tapes", ())
+                if re.search(rf"\b_(?:tape|k)_{key}\b", text)}
+        keys |= {_TAPE_KEYS[t] for t in keep.ends.values()}
+        if not keep.fixed:
+            keep.keys = tuple(sorted(keys | set(keep.keys)))
+        elif not keys <= set(keep.keys):
+            return None
+        tapes = {}
+        for key in keep.keys:
+            tapes[f"_tape_{key}"] = f"_tape(16, _np.{_TAPE_DTYPES[key]})"
+            tapes[f"_k_{key}"] = "0"
+        if not keep.reverse:
+            zeros.update({name: t for name, t in keep.ends.items() if name not in zeros})
+    tapes = {name: init for name, init in tapes.items() if name in stored or keep is not None}
     slots = {key: saves for key, saves in (slots or {}).items() if f"_k_{key}" in stored}
     own = {name: f"{name}_c{k}" for name in list(sums) + list(copies) + list(tapes)
            + [f"_k_{key}" for key in slots] + list(private)}
     return comments + _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own,
-                               offsets, tapes, primal, private, slots, reverse, reset)
+                               offsets, tapes, primal, private, slots, reverse, reset, keep)
 
 
 def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, offsets, tapes,
-             primal, private, slots=None, reverse=False, reset=()):
+             primal, private, slots=None, reverse=False, reset=(), keep=None):
     k = loop.id
     span = None if offsets is None else offsets[1] - offsets[0]
     nt, nch, c, lo, hi, j, w = (f"_nt{k}", f"_nch{k}", f"_c{k}", f"_lo{k}", f"_hi{k}", f"_k{k}",
                                 f"_w{k}")
     n = f"_n{k}"
     pad = "    " * indent
-    waves = bool(span)
     # a negative index counts from the end: a write at i + a < 0 lands where another chunk
     # writes, so a loop whose start (known at run time) allows one runs as one chunk
     wraps = "" if span is None or not (arrays or primal) or isinstance(loop.start, ir.Const) else \
         f" and {loop.start.src()} >= {-offsets[0]}"
+    kept = keep is not None and not keep.reverse
+    if kept:
+        # the forward of a loop with chunk tapes: the reverse's chunks, all at once
+        span, wraps = keep.span, keep.wraps
+    waves = bool(span) and not kept
     disjoint = span == 0                 # every write at [i, ...]: no two iterations meet
     head = [f"{pad}{nt} = _num_threads()",
             f"{pad}{n} = _trip({loop.start.src()}, {loop.stop.src()}, {loop.step.src()})"]
-    if waves:
+    if kept:
+        head = [f"{pad}# prange: the reverse's chunks of iterations, all at once, each saving on "
+                f"a tape of its own, kept for the chunk's reverse (ad/chunk_tapes.py)"] + head
+        head.append(f"{pad}_kn{k} = " + (
+            f"2 * {nt} if {n} >= 2 * {nt} * {span + 1}{wraps} else 1" if span else
+            f"{nt} if {wraps[5:]} else 1" if wraps else nt))
+        head.append(f"{pad}{nch} = _kn{k}")
+    elif keep is not None:
+        head.append(f"{pad}_k_i8 -= 1")
+        head.append(f"{pad}_kn{k} = _tape_i8[_k_i8]")
+        head.append(f"{pad}{nch} = _kn{k}")
+        if waves:
+            head.insert(0, f"{pad}# prange: the chunks of the forward, the even ones in "
+                           f"parallel, then the odd ones (adjoints written within {span} of "
+                           f"the iteration), each popping its own tape (ad/chunk_tapes.py)")
+        elif disjoint:
+            head.insert(0, f"{pad}# prange: the chunks of the forward, all at once, each popping "
+                           f"its own tape (ad/chunk_tapes.py)")
+        else:
+            head.insert(0, f"{pad}# prange: the chunks of the forward (every nch-th iteration), "
+                           f"each popping its own tape, with its own adjoint arrays "
+                           f"(ad/chunk_tapes.py)")
+    elif waves:
         # The iterations write their adjoints at i + a .. i + b only (b - a = span): chunks
         # two apart write apart once a chunk is longer than the span, so the even chunks run
         # together, then the odd ones, each into the shared adjoints.
@@ -353,6 +430,17 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
     if private and span is not None:
         head.insert(1, f"{pad}# prange: {', '.join(private)}: written away from the "
                        f"iteration's index, each chunk adds into its own zeroed copy")
+    if keep is not None and keep.keys:
+        lists = [f"_kt_{key}_{k}" for key in keep.keys]
+        if kept:
+            # a place per chunk at the end of each list: the lists hold the chunks' tapes of
+            # every entry of the loop (a time loop's steps), popped by the reverse
+            head.append(f"{pad}_kb{k} = len({lists[0]})")
+            head.append(f"{pad}for {c} in range({nch}):")
+            for key, name in zip(keep.keys, lists):
+                head.append(f"{pad}    {name}.append(_tape(0, _np.{_TAPE_DTYPES[key]}))")
+        else:
+            head.append(f"{pad}_kb{k} = len({lists[0]}) - {nch}")
     for name, t in sums.items():
         head.append(f"{pad}_ps_{own[name]} = _np.zeros({nch}, _np.{t})")
     for name, t in private.items():
@@ -387,11 +475,33 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
         head.append(f"{inner}{own[name]} = {name}")
     for name, t in zeros.items():
         head.append(f"{inner}{name} = {gen.zero(t)}")
-    for name, init in tapes.items():
-        head.append(f"{inner}{own[name]} = {init}")
+    if keep is not None and keep.reverse:
+        for key in keep.keys:
+            tape, count = own[f"_tape_{key}"], own[f"_k_{key}"]
+            head.append(f"{inner}{tape} = _kt_{key}_{k}[_kb{k} + {c}]")
+            head.append(f"{inner}{count} = {tape}.shape[0]")
+        for name, t in reversed(list(keep.ends.items())):
+            from .tape import _TAPE_KEYS
+            key = _TAPE_KEYS[t]
+            head.append(f"{inner}{own[f'_k_{key}']} -= 1")
+            head.append(f"{inner}{name} = {own[f'_tape_{key}']}[{own[f'_k_{key}']}]")
+    else:
+        for name, init in tapes.items():
+            head.append(f"{inner}{own[name]} = {init}")
     for name in private:
         head.append(f"{inner}{own[name]} = _pa_{own[name]}[{c}]")
-    if span is not None:
+    if span is not None and keep is not None and keep.reverse:
+        # the chunk's iterations last to first: its tape pops what its forward pushed
+        head.append(f"{inner}for {j} in range({hi} - {lo}):")
+        head.append(f"{inner}    {loop.var} = "
+                    f"{ir.affine_src(loop.start, f'({hi} - 1 - {j})', loop.step)}")
+        it = None
+    elif keep is not None and keep.reverse:
+        head.append(f"{inner}for {j} in range(({n} - 1 - {c}) // {nch} * {nch} + {c}, -1, "
+                    f"-{nch}):")
+        head.append(f"{inner}    {loop.var} = {ir.affine_src(loop.start, j, loop.step)}")
+        it = None
+    elif span is not None:
         head.append(f"{inner}for {j} in range({hi} - {lo}):")
         at = f"{lo} + {j}" if loop.step == ir.Const(1) else f"({lo} + {j})"
         head.append(f"{inner}    {loop.var} = {ir.affine_src(loop.start, at, loop.step)}")
@@ -426,6 +536,18 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
         head.append(extra + line)
     for name in sums:
         head.append(f"{inner}_ps_{own[name]}[{c}] = {own[name]}")
+    if kept:
+        from .tape import _TAPE_KEYS
+        for name, t in keep.ends.items():
+            # what the chunk's last iteration leaves, for the chunk's reverse to start from
+            tape, count = own[f"_tape_{_TAPE_KEYS[t]}"], own[f"_k_{_TAPE_KEYS[t]}"]
+            head.append(f"{inner}if {count} == {tape}.shape[0]:")
+            head.append(f"{inner}    {tape} = _reserve({tape}, {count}, 1)")
+            head.append(f"{inner}{tape}[{count}] = {name}")
+            head.append(f"{inner}{count} += 1")
+        for key in keep.keys:
+            tape, count = own[f"_tape_{key}"], own[f"_k_{key}"]
+            head.append(f"{inner}_kt_{key}_{k}[_kb{k} + {c}] = {tape}[:{count}]")
     # the chunks' sums, in chunk order
     for name in sums:
         head.append(f"{pad}for {c} in range({nch}):")
@@ -433,6 +555,15 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
     for name in private:
         head.append(f"{pad}for {c} in range({nch}):")
         head.append(f"{pad}    {name} += _pa_{own[name]}[{c}]")
+    if kept:
+        # the chunk count, for the reverse (a time loop's steps each push theirs)
+        head += [f"{pad}if _k_i8 == _tape_i8.shape[0]:",
+                 f"{pad}    _tape_i8 = _reserve(_tape_i8, _k_i8, 1)",
+                 f"{pad}_tape_i8[_k_i8] = {nch}", f"{pad}_k_i8 += 1"]
+    elif keep is not None:
+        for key in keep.keys:
+            head.append(f"{pad}for {c} in range({nch}):")
+            head.append(f"{pad}    _kt_{key}_{k}.pop()")
     for name in sorted(reset):
         # the adjoint of a value each iteration assigns before reading it: every iteration's
         # reverse hands it on and leaves zero (the chunks' copies stay in the chunks)

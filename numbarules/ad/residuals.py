@@ -165,7 +165,7 @@ def _cheap(expr, written, pure_math=False):
 
 
 def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_reads, tests,
-            result_reads, rebound, lazy, reruns=frozenset()):
+            result_reads, rebound, lazy):
     body = fn.body
     recomputed = {id(s) for group in recompute.values() for s in group}
     recomputed_targets = {s.target for group in recompute.values() for s in group}
@@ -225,8 +225,6 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
                                                          recomputed_targets) - {s.var})
                 if s.snapshots is not None:
                     pending = pending | _checkpoint_reads(s)
-                elif id(s) in reruns:
-                    pending = pending | _rerun_reads(s)
                 # The reverse loop sets the loop variable itself; only its value from before
                 # the loop needs restoring.
                 if s.var in pending and scalar(s.var):
@@ -345,7 +343,7 @@ def _distinct(fn, types, view_of):
     return at
 
 
-def _reverse_reads(x, rev, recompute, lazy, types, active, header=True, reruns=frozenset()):
+def _reverse_reads(x, rev, recompute, lazy, types, active, header=True):
     """Names whose values the reverse of statement ``x`` (not of its nested blocks) reads;
     None for "anything" (a checkpointed loop: its steps run again in the reverse). Without
     ``header``, a loop's or branch's own reads (bounds, test) are left out: only its recomputed
@@ -365,10 +363,6 @@ def _reverse_reads(x, rev, recompute, lazy, types, active, header=True, reruns=f
         return out
     if isinstance(x, ir.For) and x.snapshots is not None:
         return None
-    if isinstance(x, ir.For) and id(x) in reruns:
-        # its iterations run again in the reverse, reading what they read (never what the
-        # loop writes: parallel._rerun_shape)
-        return _rerun_reads(x) | (set(stmt_reads(x)) if header else set())
     groups = []
     if isinstance(x, (ir.For, ir.While)):
         groups.append(recompute.get(x.id, ()))
@@ -485,22 +479,7 @@ def _checkpoint_reads(loop):
                   if isinstance(a, ir.Name)}
 
 
-def _rerun_reads(loop):
-    """What the reverse of a prange loop whose iterations run again (parallel.rerun_loops)
-    reads from outside it: what its iterations read, not the arrays they store into (which
-    they never read: the stores are not run again)."""
-    inside = list(ir.walk(loop.body))
-    assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
-    assigned |= {x.var for x in inside if isinstance(x, ir.For)} | {loop.var}
-    out = set()
-    for x in inside:
-        atoms = ir.index_atoms(x.index) + (x.value,) if isinstance(x, ir.Store) else ()
-        names = [a.id for a in atoms if isinstance(a, ir.Name)] if atoms else stmt_reads(x)
-        out.update(n for n in names if n not in assigned)
-    return out | {a.id for a in (loop.start, loop.stop, loop.step) if isinstance(a, ir.Name)}
-
-
-def _needed(stmts, active, recompute, callee_reads, tests, quotients, reruns=frozenset()):
+def _needed(stmts, active, recompute, callee_reads, tests, quotients):
     """Names whose primal values the reverse pass reads (directly or to recompute)."""
     need = set(tests)
     for s in stmts:
@@ -512,8 +491,6 @@ def _needed(stmts, active, recompute, callee_reads, tests, quotients, reruns=fro
             need.update(a.id for a in (s.start, s.step) if isinstance(a, ir.Name))
             if s.snapshots is not None:
                 need.update(_checkpoint_reads(s))
-            elif id(s) in reruns:
-                need.update(_rerun_reads(s))
     # Recomputed statements need their own operands.
     by_target = {s.target: s for group in recompute.values() for s in group}
     frontier = [n for n in need if n in by_target]

@@ -62,6 +62,10 @@ class Saves:
             else:
                 self.tangent_classes[f"_T{name}"] = t
                 inits.append(f"{name} = _List.empty_list(_T{name})")
+        for name, t in sorted(self.chunk_lists().items()):
+            # the tapes a prange loop's chunks keep for their reverse (chunk_tapes.py)
+            self.tangent_classes[f"_T{name}"] = t
+            inits.append(f"{name} = _List.empty_list(_T{name})")
         return inits + [f"_k_{k} = 0" for k in sorted(self.tapes)]
 
     def push(self, out, value, t, reserved, s=None):

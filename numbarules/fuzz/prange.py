@@ -129,7 +129,7 @@ class PrangeLoops:
 
     def _prange_row_map(self, r):
         """A loop over a matrix's rows writing each row through inner loops (the row-wise map,
-        whose reverse runs each row's forward again: ad/reruns.py): a value per row first (a
+        whose chunks keep tapes of their own: ad/chunk_tapes.py): a value per row first (a
         running max, a sum of exponentials), a map along the row (over all of it, or over a
         triangle ``range(min(i + 1, k))``), a branch per row, per-column weights (adjoints
         written away from the row: a copy per chunk), an accumulator; sometimes a value from
