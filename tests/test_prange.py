@@ -20,7 +20,7 @@ import numbarules as nr
 from numbarules.testing import check_grad
 from numbarules.ad import outline
 from numbarules.api import spec_for_call
-from perf.bench_prange import heat_p, heat_swapped_p
+from perf.bench_prange import heat2d_p as heat2d, heat_p, heat_swapped_p
 
 
 def rosenbrock(x, a):
@@ -281,20 +281,6 @@ def branchy(x, a):
             out[i] = math.sin(x[i]) * a
         s += x[i] * x[i] * 0.5
     return np.sum(out * out) + s
-
-
-def heat2d(u0, k, steps):
-    """Rows of a 2-d stencil in a time loop swapping its buffers."""
-    n, m = u0.shape
-    u = u0.copy()
-    v = u0.copy()
-    for t in range(steps):
-        for i in numba.prange(1, n - 1):
-            for j in range(1, m - 1):
-                v[i, j] = u[i, j] + k * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]
-                                         - 4.0 * u[i, j])
-        u, v = v, u
-    return np.sum(u * u)
 
 
 def overwritten(x, w):

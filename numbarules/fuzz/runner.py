@@ -75,6 +75,13 @@ def run(n=100, seed=0, features=None, timeout=120.0, verbose=False, keep=None, s
             for slot in range(len(workers)):
                 if slot in running or not todo:
                     continue
+                waiting = [i for i, ps in todo if ps == 2]
+                if len(workers) == 1 and len(waiting) >= 10 and workers[slot] is not None \
+                        and all(first_pass[i][0] is workers[slot] for i in waiting):
+                    # one worker: its second passes need another process; take them in
+                    # batches of ten rather than at the end of the run (or at a recycle)
+                    workers[slot].close()
+                    workers[slot] = None
                 # a second pass runs in another process than the first
                 pick = next((k for k, (i, ps) in enumerate(todo)
                              if ps == 1 or first_pass[i][0] is not workers[slot]), None)
