@@ -283,6 +283,30 @@ def branchy(x, a):
     return np.sum(out * out) + s
 
 
+def inner_while(x, a):
+    """A while loop along each row (its count saved per entry, as a range loop's trip)."""
+    out = np.zeros_like(x)
+    for i in numba.prange(x.shape[0]):
+        j = 0
+        t = 0.0
+        while j < x.shape[1]:
+            t += math.sin(x[i, j]) * a
+            j += 1
+        out[i, 0] = t * t
+    return np.sum(out)
+
+
+def three_levels(x):
+    out = np.zeros((x.shape[0], x.shape[1]))
+    for i in numba.prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            s = 0.0
+            for k in range(x.shape[2]):
+                s += math.tanh(x[i, j, k]) * x[i, j, k]
+            out[i, j] = s * s
+    return np.sum(out)
+
+
 def overwritten(x, w):
     """The loop overwrites ``t``, whose value from before it the reverse of ``sin(t)`` reads:
     saved before the chunks, set back after the reverse's."""
@@ -312,9 +336,11 @@ def overwritten_in_steps(x, w):
 
 
 
-ROWS = [row_map, softmax_rows, triangular, branchy, heat2d, overwritten, overwritten_in_steps]
+ROWS = [row_map, softmax_rows, triangular, branchy, heat2d, overwritten, overwritten_in_steps,
+        inner_while, three_levels]
 (row_map_serial, softmax_rows_serial, triangular_serial, branchy_serial, heat2d_serial,
- overwritten_serial, overwritten_in_steps_serial) = map(serial_twin, ROWS)
+ overwritten_serial, overwritten_in_steps_serial, inner_while_serial,
+ three_levels_serial) = map(serial_twin, ROWS)
 mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
 mapped_then_loop_serial, heat_serial = serial_twin(mapped_then_loop), serial_twin(heat)
 heat_swapped_serial, rebound_serial = serial_twin(heat_swapped), serial_twin(rebound)
@@ -347,6 +373,8 @@ CASES = [
     ("chunk tapes", overwritten, overwritten_serial, (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
     ("chunk tapes, steps", overwritten_in_steps, overwritten_in_steps_serial,
      (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
+    ("chunk tapes", inner_while, inner_while_serial, (RNG.normal(size=(9, 4)), 0.7), (0, 1)),
+    ("chunk tapes", three_levels, three_levels_serial, (RNG.normal(size=(7, 3, 4)),), (0,)),
 ]
 
 

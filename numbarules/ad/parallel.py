@@ -259,8 +259,10 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
         if isinstance(x, (ir.Assign, ir.For)) and id(x) in gen.plan.pushes}
     ends = {}                        # (keep, the reverse) loaded from the chunk's tape
     # the trip counts of nested loops, saved before an entry overwrites them and restored after
-    # its reverse (codegen: ``_n<id>`` on the int tape): each chunk starts them from 0 too
+    # its reverse (codegen: ``_n<id>``, a while loop's ``_w<id>``, on the int tape): each chunk
+    # starts them from 0 too
     trips = {f"_n{x.id}" for x in ir.walk(loop.body) if isinstance(x, ir.For)}
+    trips |= {f"_w{x.id}" for x in ir.walk(loop.body) if isinstance(x, ir.While)}
     for name in sorted(stored & exposed):
         if name in tapes or name in slotted:
             continue                 # a chunk's own tape; an iteration's slots (_chunked)

@@ -131,7 +131,7 @@ class PrangeLoops:
         """A loop over a matrix's rows writing each row through inner loops (the row-wise map,
         whose chunks keep tapes of their own: ad/chunk_tapes.py): a value per row first (a
         running max, a sum of exponentials), a map along the row (over all of it, or over a
-        triangle ``range(min(i + 1, k))``), a branch per row, per-column weights (adjoints
+        triangle ``range(min(i + 1, k))``), a while loop along the row, a branch per row, per-column weights (adjoints
         written away from the row: a copy per chunk), an accumulator; sometimes a value from
         before the loop that the loop overwrites and the reverse reads again, sometimes inside
         a time loop whose steps swap, copy or rebind the buffers."""
@@ -157,8 +157,11 @@ class PrangeLoops:
             used.add("prange in a time loop")
         lines.append(f"{pad}for i in numba.prange({src}.shape[0]):")
         reads, scalars = [f"{src}[i, j]"], ["x0"]
-        first = r.choice(["max", "sum", None])
-        if first == "max":
+        first = r.choice(["max", "sum", "while", None])
+        if first == "while":
+            lines += [f"{pad}    r = 0.0", f"{pad}    q = 0", f"{pad}    while q < {src}.shape[1]:",
+                      f"{pad}        r += math.sin({src}[i, q]) * x0", f"{pad}        q += 1"]
+        elif first == "max":
             lines += [f"{pad}    r = {src}[i, 0]", f"{pad}    for j in range(1, {src}.shape[1]):",
                       f"{pad}        r = max(r, {src}[i, j])"]
         elif first == "sum":
