@@ -53,7 +53,7 @@ class ChunkTapes:
         try:
             self.tape_key(nbt.int64)               # the chunk count's tape
             rev = _Out()
-            self.chunk_rev_text(loop, rev)
+            self.chunks_rev_text(loop, rev)
             if parallel.rewrite(self, loop, rev.lines, 1, two_pass=True, reverse=True,
                                 keep=keep) is None:
                 return None
@@ -92,24 +92,11 @@ class ChunkTapes:
                    for n in stmt_reads(x)}
         return sorted(saved & outside)
 
-    def chunk_rev_text(self, loop, out):
-        """The reverse loop's text, its iterations in any order (``parallel.rewrite`` runs each
-        chunk's last to first)."""
-        for name in [a.id for a in (loop.start, loop.stop, loop.step) if isinstance(a, ir.Name)]:
-            out.read(name)
-        out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
-        out.indent += 1
-        out.local.append({loop.var})
-        self.recompute(loop, out)
-        self.block_rev(loop.body, out)
-        out.local.pop()
-        out.indent -= 1
-
     def chunk_rev(self, loop, out):
         """The reverse of a loop with chunk tapes, emitted into ``out``."""
         keep = self.chunk_tapes(loop)
         start, indent = len(out.lines), out.indent
-        self.chunk_rev_text(loop, out)
+        self.chunks_rev_text(loop, out)
         chunked = parallel.rewrite(self, loop, out.lines[start:], indent, two_pass=True,
                                    reverse=True, keep=copy.copy(keep))
         assert chunked is not None, "the reverse's text changed since the dry run"
@@ -119,10 +106,5 @@ class ChunkTapes:
             out.read(name)
         for v in reversed(self.chunk_restored(loop)):
             self.pop(out, v, self.types[v])
-        if id(loop) in self.plan.in_loop:
-            self.pop(out, f"_n{loop.id}", nbt.int64)
-        if id(loop) in self.plan.pushes:
-            self.pop(out, loop.var, self.pushed_type(loop))
-        for w in reversed(self.snapshots(loop)):
-            self.restore(out, w)
+        self.chunks_end(loop, out)
         return True

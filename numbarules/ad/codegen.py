@@ -623,9 +623,24 @@ class _Gen(CheckpointedLoops, ChunkTapes, FusedVjp, DeviceVjp, Adjoints, Adjoint
         if not self.two_pass_parallel(loop):
             return False
         start, indent = len(out.lines), out.indent
+        slots = self.slotted(loop)
+        self.chunks_rev_text(loop, out, slots)
+        chunked = parallel.rewrite(self, loop, out.lines[start:], indent, two_pass=True,
+                                   slots=slots, reverse=True)
+        if chunked is None:
+            del out.lines[start:]
+            return False
+        out.lines[start:] = chunked
+        self.parallel = True
+        self.chunks_end(loop, out)
+        return True
+
+    def chunks_rev_text(self, loop, out, slots=None):
+        """The text of a prange loop's reverse, its iterations in any order, for
+        ``parallel.rewrite`` to split into chunks (each chunk's iterations last to first);
+        ``slots``: the values it saves in slots of each iteration's own (``slotted``)."""
         for name in [a.id for a in (loop.start, loop.stop, loop.step) if isinstance(a, ir.Name)]:
             out.read(name)
-        slots = self.slotted(loop)
         out.add(f"for {loop.var} in {ir.range_src(loop.start, loop.stop, loop.step)}:")
         out.indent += 1
         out.local.append({loop.var})
@@ -643,22 +658,17 @@ class _Gen(CheckpointedLoops, ChunkTapes, FusedVjp, DeviceVjp, Adjoints, Adjoint
         self.block_rev(loop.body, out)
         out.local.pop()
         out.indent -= 1
-        chunked = parallel.rewrite(self, loop, out.lines[start:], indent, two_pass=True,
-                                   slots=slots, reverse=True)
-        if chunked is None:
-            del out.lines[start:]
-            return False
-        out.lines[start:] = chunked
-        self.parallel = True
-        # as the serial reverse ends (a prange in a time loop: its trip count and variable
-        # from the step before, the array it writes as the step before left it)
+
+    def chunks_end(self, loop, out):
+        """After the chunks of a prange loop's reverse, as the serial reverse ends (a prange in
+        a time loop: its trip count and variable from the step before, the array it writes as
+        the step before left it)."""
         if id(loop) in self.plan.in_loop:
             self.pop(out, f"_n{loop.id}", nbt.int64)
         if id(loop) in self.plan.pushes:
             self.pop(out, loop.var, self.pushed_type(loop))
         for w in reversed(self.snapshots(loop)):
             self.restore(out, w)         # the elements the loop overwrote, saved whole
-        return True
 
     def nested_rev(self, stmts, out, key=None):
         out.indent += 1

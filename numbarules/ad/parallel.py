@@ -103,7 +103,7 @@ from typing import Any
 from numba.core import types as nbt
 
 from . import fusion, ir
-from .tape import _TAPE_DTYPES
+from .tape import _TAPE_DTYPES, _TAPE_KEYS
 
 
 def two_pass_shape(body, loop):
@@ -117,18 +117,23 @@ def two_pass_shape(body, loop):
     if not (isinstance(loop, ir.For) and loop.parallel) \
             or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body):
         return False
+    return _only_sums_leave(body, loop, {x.target for x in loop.body if isinstance(x, ir.Assign)})
+
+
+def _only_sums_leave(body, loop, assigned):
+    """Whether of the names the prange ``loop`` assigns (``assigned``, its variable besides) the
+    only ones an iteration hands the next or the code after the loop (``_after``) reads are its
+    accumulators. A value an iteration hands the next (read before it is assigned) must be an
+    accumulator (s += u), read nowhere else in the loop: each chunk sums its own, added after
+    the loop, where it may be read. Anything else (s = 0.5 * s + u; out[i] = s after s += u)
+    is a recurrence the chunks would cut: serial (Numba refuses such a prange in the primal)."""
     after = _after(body, loop)
     if after is None:
         return False                 # not a loop of this function
-    assigned = {x.target for x in loop.body if isinstance(x, ir.Assign)} | {loop.var}
-    # a value an iteration hands the next (read before it is assigned) is an accumulator
-    # (s += u), read nowhere else in the loop: each chunk sums its own, added after the loop,
-    # where it may be read. Anything else (s = 0.5 * s + u; out[i] = s after s += u) is a
-    # recurrence the chunks would cut: serial (Numba refuses such a prange in the primal)
     carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
     if not carried <= fusion.accumulators(loop):
         return False
-    return all(v in carried for v in assigned if fusion.exposed(after, v)[0])
+    return all(v in carried for v in assigned | {loop.var} if fusion.exposed(after, v)[0])
 
 
 def row_loops(fn, types, alias, distinct):
@@ -168,16 +173,8 @@ def _row_shape(body, loop, types, alias, distinct):
     if any(w == n or alias.get(w, w) == alias.get(n, n) and frozenset((w, n)) not in apart
            for w in stored for n in read):
         return False                 # an iteration may read what the loop writes
-    after = _after(body, loop)
-    if after is None:
-        return False
-    assigned = {x.target for x in inside if isinstance(x, ir.Assign)}
-    assigned |= {x.var for x in inside if isinstance(x, ir.For)}
-    acc = fusion.accumulators(loop)
-    carried = {v for v in assigned if fusion.exposed(loop.body, v)[0]}
-    if not carried <= acc:
-        return False                 # a recurrence from one iteration to the next
-    return all(v in acc for v in assigned | {loop.var} if fusion.exposed(after, v)[0])
+    return _only_sums_leave(body, loop, {x.target for x in inside if isinstance(x, ir.Assign)}
+                            | {x.var for x in inside if isinstance(x, ir.For)})
 
 
 def _after(block, loop):
@@ -332,7 +329,6 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
     if keep is not None:
         # the chunks keep every tape the text reads or writes, and the tapes of the values
         # their forward leaves for their reverse (``ends``)
-        from .tape import _TAPE_KEYS
         wraps = "" if span is None or not (arrays or primal) or isinstance(
             loop.start, ir.Const) else f" and {loop.start.src()} >= {-offsets[0]}"
         if keep.reverse and not keep.fixed:
@@ -483,7 +479,6 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
             head.append(f"{inner}{tape} = _kt_{key}_{k}[_kb{k} + {c}]")
             head.append(f"{inner}{count} = {tape}.shape[0]")
         for name, t in reversed(list(keep.ends.items())):
-            from .tape import _TAPE_KEYS
             key = _TAPE_KEYS[t]
             head.append(f"{inner}{own[f'_k_{key}']} -= 1")
             head.append(f"{inner}{name} = {own[f'_tape_{key}']}[{own[f'_k_{key}']}]")
@@ -539,7 +534,6 @@ def _chunked(gen, loop, body_lines, indent, sums, copies, zeros, arrays, own, of
     for name in sums:
         head.append(f"{inner}_ps_{own[name]}[{c}] = {own[name]}")
     if kept:
-        from .tape import _TAPE_KEYS
         for name, t in keep.ends.items():
             # what the chunk's last iteration leaves, for the chunk's reverse to start from
             tape, count = own[f"_tape_{_TAPE_KEYS[t]}"], own[f"_k_{_TAPE_KEYS[t]}"]
