@@ -31,7 +31,7 @@ from numba import types as nbt
 
 from . import ir
 from .kinds import is_array
-from .parallel import row_loops
+from .prange_shapes import row_loops
 from .dataflow import _activity, _alias_classes, _in_loop, _reads, _target, views
 from .array_names import (_check_aggregates, _check_array_methods, _check_arrays,
                           _check_fancy_indexing, _check_views, _lazy_views, _loop_views, _rebound)

@@ -14,7 +14,7 @@ last to first. Both passes split the iterations alike: the forward takes the rev
 iteration's own index) and chunk count, which it pushes on the int tape for the reverse. The work
 is the serial two-pass schedule's, on every thread; the memory, its tape.
 
-Which loops: ``parallel.row_loops`` (the shape, known to the analysis) and a dry run of both
+Which loops: ``prange_shapes.row_loops`` (the shape, known to the analysis) and a dry run of both
 passes' texts through ``parallel.rewrite`` (``chunk_tapes``), else the two-pass schedule, serial.
 """
 

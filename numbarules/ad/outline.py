@@ -110,7 +110,7 @@ def _first_use(loop, v):
 def _after(block, node):
     """The statements that may run after ``node`` in ``block``, in order: the rest of its
     block, each enclosing loop again (its next iteration), the rest of the block around that,
-    out to the function's end (as ``parallel._after`` on the engine's IR)."""
+    out to the function's end (as ``prange_shapes.after_loop`` on the engine's IR)."""
     for k, s in enumerate(block):
         if s is node:
             return list(block[k + 1:])

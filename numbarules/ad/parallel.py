@@ -62,19 +62,19 @@ never reads it; anything else keeps the loop serial (``# prange: serial in this 
 **Chunks with tapes of their own** (ad/chunk_tapes.py). A loop the slots cannot lay out (an
 inner loop along a row, a branch: what an iteration saves depends on what every iteration before
 it saved) whose iterations write arrays they never read, bind no array and hand nothing but
-accumulators to what follows (``row_loops``) runs the two-pass schedule in each chunk: the
-chunk's forward saves on a tape of its own, kept in a list for the chunk's reverse, which pops
-it, the chunk's iterations last to first. Both passes take the reverse's partition (``Keep``).
-An adjoint array written away from the iteration's own first index (``d_w[j]`` in a loop over
-rows) is summed in a zeroed copy per chunk while the others stay shared (also in the other
-schedules).
+accumulators to what follows (``prange_shapes.row_loops``) runs the two-pass schedule in each
+chunk: the chunk's forward saves on a tape of its own, kept in a list for the chunk's reverse,
+which pops it, the chunk's iterations last to first. Both passes take the reverse's partition
+(``Keep``). An adjoint array written away from the iteration's own first index (``d_w[j]`` in a
+loop over rows) is summed in a zeroed copy per chunk while the others stay shared (also in the
+other schedules).
 
 A prange loop nested in other loops (a time loop around it) is split the same way when nothing
-after it reads its values (``two_pass_shape``), also when the time loop swaps or rebinds its
-arrays: the driver runs each chunk loop as a function of its own (ad/outline.py), so Numba's
-parallel array analysis, which would mis-size an array name bound to several arrays across a
-whole kernel, sees the loop's arrays as arguments bound once (a kernel that cannot be outlined
-and binds an array name twice keeps its prange loops serial: ``rebinds_arrays``).
+after it reads its values (``prange_shapes.two_pass_shape``), also when the time loop swaps or
+rebinds its arrays: the driver runs each chunk loop as a function of its own (ad/outline.py), so
+Numba's parallel array analysis, which would mis-size an array name bound to several arrays
+across a whole kernel, sees the loop's arrays as arguments bound once (a kernel that cannot be
+outlined and binds an array name twice keeps its prange loops serial: ``rebinds_arrays``).
 
 A write at ``i + a < 0`` would count from the end of the array, into another chunk's elements:
 a loop whose start allows that runs serially (a constant start) or as one chunk (a start known
@@ -104,94 +104,6 @@ from numba.core import types as nbt
 
 from . import fusion, ir
 from .tape import _TAPE_DTYPES, _TAPE_KEYS
-
-
-def two_pass_shape(body, loop):
-    """Whether the prange ``loop`` has the shape whose two-pass forward and reverse may run in
-    chunks: a loop of assignments and stores in the function ``body`` (at its top level or
-    nested in other loops: a time loop around a prange) whose values nothing after it reads
-    before assigning them again, but its accumulators (the chunks leave no last iteration's
-    values behind). After it: the rest of its block, then each enclosing loop again (its next
-    steps, which may not run) and the rest of the block around that, out to the function's
-    end."""
-    if not (isinstance(loop, ir.For) and loop.parallel) \
-            or not all(isinstance(x, (ir.Assign, ir.Store)) for x in loop.body):
-        return False
-    return _only_sums_leave(body, loop, {x.target for x in loop.body if isinstance(x, ir.Assign)})
-
-
-def _only_sums_leave(body, loop, assigned):
-    """Whether of the names the prange ``loop`` assigns (``assigned``, its variable besides) the
-    only ones an iteration hands the next or the code after the loop (``_after``) reads are its
-    accumulators. A value an iteration hands the next (read before it is assigned) must be an
-    accumulator (s += u), read nowhere else in the loop: each chunk sums its own, added after
-    the loop, where it may be read. Anything else (s = 0.5 * s + u; out[i] = s after s += u)
-    is a recurrence the chunks would cut: serial (Numba refuses such a prange in the primal)."""
-    after = _after(body, loop)
-    if after is None:
-        return False                 # not a loop of this function
-    carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
-    if not carried <= fusion.accumulators(loop):
-        return False
-    return all(v in carried for v in assigned | {loop.var} if fusion.exposed(after, v)[0])
-
-
-def row_loops(fn, types, alias, distinct):
-    """id() of the prange loops whose shape the schedule of chunk tapes takes (ad/chunk_tapes.py,
-    "Chunks with tapes of their own" above)."""
-    return frozenset(id(s) for s in ir.walk(fn.body)
-                     if _row_shape(fn.body, s, types, alias, distinct))
-
-
-def _row_shape(body, loop, types, alias, distinct):
-    """Whether the prange ``loop`` has the shape whose chunks may keep tapes of their own: a
-    loop two_pass_shape does not take
-    (a nested loop, a branch) that writes arrays it never reads (by any name of their alias
-    class), binds no array and no name of the function but its accumulators that anything after
-    it reads, holds no prange or checkpointed loop and no return. (Two names of one alias class
-    count apart where they surely hold arrays apart whenever the loop starts, ``distinct``: a
-    time loop's swap ``u, v = v, u``.)"""
-    if not (isinstance(loop, ir.For) and loop.parallel and loop.snapshots is None) \
-            or two_pass_shape(body, loop):
-        return False
-    inside = list(ir.walk(loop.body))
-    if not any(isinstance(x, ir.Store) for x in inside):
-        return False                 # writes no array: the fused schedule's (fusion.py)
-    for x in inside:
-        if isinstance(x, ir.Return) or isinstance(x, ir.For) and (
-                x.parallel or x.snapshots is not None):
-            return False
-        if isinstance(x, ir.Assign) and isinstance(types.get(x.target), nbt.Array):
-            return False             # an array bound per iteration (a view, a temporary)
-    stored = {x.array for x in inside if isinstance(x, ir.Store)}
-    read = set()
-    for x in inside:
-        atoms = x.expr.atoms() if isinstance(x, ir.Assign) else \
-            ir.index_atoms(x.index) + (x.value,) if isinstance(x, ir.Store) else ()
-        read |= {a.id for a in atoms if isinstance(a, ir.Name)}
-    apart = distinct.get(id(loop), frozenset())
-    if any(w == n or alias.get(w, w) == alias.get(n, n) and frozenset((w, n)) not in apart
-           for w in stored for n in read):
-        return False                 # an iteration may read what the loop writes
-    return _only_sums_leave(body, loop, {x.target for x in inside if isinstance(x, ir.Assign)}
-                            | {x.var for x in inside if isinstance(x, ir.For)})
-
-
-def _after(block, loop):
-    """The statements that may run after ``loop`` in ``block`` (see two_pass_shape), or None
-    where ``loop`` is not in it."""
-    for k, s in enumerate(block):
-        if s is loop:
-            return list(block[k + 1:])
-        parts = [s.body, s.orelse] if isinstance(s, ir.If) else \
-            [s.cond, s.body] if isinstance(s, ir.While) else \
-            [s.body] if isinstance(s, ir.For) else []
-        for part in parts:
-            inner = _after(part, loop)
-            if inner is not None:
-                again = [s] if isinstance(s, (ir.For, ir.While)) else []
-                return inner + again + list(block[k + 1:])
-    return None
 
 
 @dataclasses.dataclass

@@ -38,7 +38,7 @@ def _recomputable(body, sites, types, alias, distinct):
             outside = {n for x in everything if id(x) not in inside for n in stmt_reads(x)}
             # (a prange loop the fused schedule takes, of the shape its parallel chunks allow,
             # re-executes its math calls too, saving nothing: one pass with no tape)
-            from .parallel import two_pass_shape
+            from .prange_shapes import two_pass_shape
             pure_math = any(x is s for x in body) and two_pass_shape(body, s) \
                 and not any(isinstance(x, ir.Store) for x in s.body)
             out[s.id] = [x for x in _recomputable_in(s, sites, types, alias, distinct.get(id(s), frozenset()),
