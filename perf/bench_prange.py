@@ -24,7 +24,10 @@ prange, and a stencil with a transcendental, whose fused loop keeps a one-iterat
   prange with an inner loop along each (each chunk of rows keeps a tape of its own from forward
   to reverse: ad/chunk_tapes.py; serial until 2026-12-06 late);
 - heat 2-d swapped: 10 steps of a 2-d heat stencil with a tanh term on 500 x 500, rows in prange
-  with an inner loop, the buffers swapped (the same schedule).
+  with an inner loop, the buffers swapped (the same schedule);
+- matvec rows: ``y[i] += A[i, j] * x[j]`` over a 2000 x 2000 matrix, then ``np.sum(np.tanh(y))``:
+  each row reads the element it writes (its own), the chunk tapes' schedule since 2026-12-07
+  (serial before).
 
 For each: the gradient (``nr.value_and_grad``) on 1 and on 2 threads (``numba.set_num_threads``),
 and the primal compiled by Numba with ``parallel=True`` on the same thread counts; the serial
@@ -32,7 +35,7 @@ and the primal compiled by Numba with ``parallel=True`` on the same thread count
 than on 1, and its ratio to the primal no worse than the serial one's.
 
 Times are the best of repeats taken in turn (this machine is shared). Run:
-python perf/bench_prange.py [--quick]
+python perf/bench_prange.py [--quick] [WORKLOAD ...]
 """
 
 import argparse
@@ -114,6 +117,15 @@ def row_map_p(x, w):
     return np.sum(out * out)
 
 
+def matvec_p(A, x):
+    n, m = A.shape
+    y = np.zeros(n)
+    for i in numba.prange(n):
+        for j in range(m):
+            y[i] += A[i, j] * x[j]
+    return np.sum(np.tanh(y))
+
+
 def heat2d_p(u0, k, steps):
     n, m = u0.shape
     u = u0.copy()
@@ -170,7 +182,7 @@ def _best(fn, args, threads, repeats):
     return best
 
 
-def main(quick=False):
+def main(quick=False, only=()):
     rng = np.random.default_rng(0)
     n1, n2, n4 = (10_000, 200, 100) if quick else (1_000_000, 1_000, 2_000)
     repeats = 3 if quick else 15
@@ -183,7 +195,10 @@ def main(quick=False):
              ("heat steps", heat_p, (rng.normal(size=n1 // 5), 0.2, 10)),
              ("heat swapped", heat_swapped_p, (rng.normal(size=n1 // 5), 0.2, 10)),
              ("row map", row_map_p, (rng.normal(size=(n4 // 2, n4)), rng.normal(size=n4))),
-             ("heat 2-d swapped", heat2d_p, (rng.normal(size=(n4 // 4, n4 // 4)), 0.1, 10))]
+             ("heat 2-d swapped", heat2d_p, (rng.normal(size=(n4 // 4, n4 // 4)), 0.1, 10)),
+             ("matvec rows", matvec_p, (rng.normal(size=(n4, n4)), rng.normal(size=n4)))]
+    if only:
+        cases = [c for c in cases if c[0] in only]
     print(f"prange gradients, {numba.config.NUMBA_NUM_THREADS} threads available "
           f"(threading layer after the first run below)")
     print(f"{'workload':<18} {'grad 1t':>9} {'grad 2t':>9} {'speedup':>7} {'primal 2t':>9} "
@@ -218,4 +233,6 @@ def main(quick=False):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    main(parser.parse_args().quick)
+    parser.add_argument("only", nargs="*", help="the workloads to run (by name; all if none)")
+    a = parser.parse_args()
+    main(a.quick, a.only)

@@ -335,12 +335,49 @@ def overwritten_in_steps(x, w):
     return np.sum(out) + y
 
 
+def matvec(A, x):
+    """``y[i] += A[i, j] * x[j]``: each row reads the element it writes (its own, first index
+    ``i``), which the serial schedule saves before each write; the chunks keep those saves on
+    their own tapes."""
+    n, m = A.shape
+    y = np.zeros(n)
+    for i in numba.prange(n):
+        for j in range(m):
+            y[i] += A[i, j] * x[j]
+    return np.sum(np.tanh(y))
+
+
+def row_products(A, B, c):
+    """A product by loops with a nonlinearity per element, ``C[i, j]`` summed along ``k`` and
+    read back in the same row (``C[i, j - 1]``)."""
+    n, p = A.shape
+    m = B.shape[1]
+    C = np.zeros((n, m))
+    for i in numba.prange(n):
+        for j in range(m):
+            for k in range(p):
+                C[i, j] += A[i, k] * B[k, j]
+            C[i, j] = math.sin(C[i, j] * c)
+            if j > 0:
+                C[i, j] += 0.5 * C[i, j - 1]
+    return np.sum(C * C)
+
+
+def row_map_in_place(x, w):
+    """``out[i, j] += ...``: reads the element it writes, its own row."""
+    out = x * 0.5
+    for i in numba.prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] += math.tanh(x[i, j] * w)
+    return np.sum(out * out)
+
 
 ROWS = [row_map, softmax_rows, triangular, branchy, heat2d, overwritten, overwritten_in_steps,
-        inner_while, three_levels]
+        inner_while, three_levels, matvec, row_products, row_map_in_place]
 (row_map_serial, softmax_rows_serial, triangular_serial, branchy_serial, heat2d_serial,
  overwritten_serial, overwritten_in_steps_serial, inner_while_serial,
- three_levels_serial) = map(serial_twin, ROWS)
+ three_levels_serial, matvec_serial, row_products_serial,
+ row_map_in_place_serial) = map(serial_twin, ROWS)
 mapped_serial, mapped_sum_serial = serial_twin(mapped), serial_twin(mapped_sum)
 mapped_then_loop_serial, heat_serial = serial_twin(mapped_then_loop), serial_twin(heat)
 heat_swapped_serial, rebound_serial = serial_twin(heat_swapped), serial_twin(rebound)
@@ -375,6 +412,11 @@ CASES = [
      (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
     ("chunk tapes", inner_while, inner_while_serial, (RNG.normal(size=(9, 4)), 0.7), (0, 1)),
     ("chunk tapes", three_levels, three_levels_serial, (RNG.normal(size=(7, 3, 4)),), (0,)),
+    ("chunk tapes", matvec, matvec_serial, (RNG.normal(size=(9, 5)), RNG.normal(size=5)), (0, 1)),
+    ("chunk tapes", row_products, row_products_serial,
+     (RNG.normal(size=(7, 3)), RNG.normal(size=(3, 4)), 0.8), (0, 1, 2)),
+    ("chunk tapes", row_map_in_place, row_map_in_place_serial, (RNG.normal(size=(5, 7)), 0.7),
+     (0, 1)),
 ]
 
 
@@ -555,17 +597,28 @@ def nested_sum(x, w):
     return s
 
 
-def row_map_in_place(x, w):
-    """Reads the array it writes (``out[i, j] += ...``): not a shape the chunk tapes take."""
+def row_of_another_name(x, w):
+    """Writes ``out[k, j]`` with ``k = i``: the analysis does not follow that ``k`` is the row,
+    so the rows may read what other rows write; serial."""
     out = x * 0.5
     for i in numba.prange(x.shape[0]):
+        k = i
         for j in range(x.shape[1]):
-            out[i, j] += math.tanh(x[i, j] * w)
+            out[k, j] += math.tanh(x[i, j] * w)
     return np.sum(out * out)
 
 
-@pytest.mark.parametrize("f", [row_map_in_place])
-def test_rows_that_read_what_they_write_stay_serial_and_right(f):
+def rows_reading_another_row(x, w):
+    """Reads row 0 of the array every row writes: serial (a race in the primal's prange)."""
+    out = x * 0.5
+    for i in numba.prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] += math.tanh(out[0, j] * w)
+    return np.sum(out * out)
+
+
+@pytest.mark.parametrize("f", [row_of_another_name, rows_reading_another_row])
+def test_rows_that_may_read_what_other_rows_write_stay_serial_and_right(f):
     x = RNG.normal(size=(5, 7))
     src = nr.code(nr.value_and_grad(f, (0, 1)), x, 0.7, kind="vjp")
     assert "# prange: serial in this schedule" in src

@@ -61,13 +61,13 @@ never reads it; anything else keeps the loop serial (``# prange: serial in this 
 
 **Chunks with tapes of their own** (ad/chunk_tapes.py). A loop the slots cannot lay out (an
 inner loop along a row, a branch: what an iteration saves depends on what every iteration before
-it saved) whose iterations write arrays they never read, bind no array and hand nothing but
-accumulators to what follows (``prange_shapes.row_loops``) runs the two-pass schedule in each
-chunk: the chunk's forward saves on a tape of its own, kept in a list for the chunk's reverse,
-which pops it, the chunk's iterations last to first. Both passes take the reverse's partition
-(``Keep``). An adjoint array written away from the iteration's own first index (``d_w[j]`` in a
-loop over rows) is summed in a zeroed copy per chunk while the others stay shared (also in the
-other schedules).
+it saved) whose iterations write arrays they never read (or read only in their own row: ``y[i]
++= A[i, j] * x[j]``), bind no array and hand nothing but accumulators to what follows
+(``prange_shapes.row_loops``) runs the two-pass schedule in each chunk: the chunk's forward
+saves on a tape of its own, kept in a list for the chunk's reverse, which pops it, the chunk's
+iterations last to first. Both passes take the reverse's partition (``Keep``). An adjoint array
+written away from the iteration's own first index (``d_w[j]`` in a loop over rows) is summed in
+a zeroed copy per chunk while the others stay shared (also in the other schedules).
 
 A prange loop nested in other loops (a time loop around it) is split the same way when nothing
 after it reads its values (``prange_shapes.two_pass_shape``), also when the time loop swaps or
@@ -102,7 +102,7 @@ from typing import Any
 
 from numba.core import types as nbt
 
-from . import fusion, ir
+from . import fusion, ir, prange_shapes
 from .tape import _TAPE_DTYPES, _TAPE_KEYS
 
 
@@ -196,6 +196,12 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
         else:
             return None              # state carried from one iteration to the next: serial
     read = _read_arrays(tree.body) if two_pass else set()
+    if keep is not None:
+        # a chunk tape's loop may read a primal array where it writes it, in its own row only
+        # (prange_shapes.own_rows): as an array it writes and never reads, its rows disjoint
+        inside = list(ir.walk(loop.body))
+        read -= prange_shapes.own_rows(loop, inside, {x.array for x in inside
+                                                      if isinstance(x, ir.Store)})
     for name in sorted(subscripted):
         if name in stored or name in slotted:
             continue                 # an array the iteration binds itself; the slots' tapes

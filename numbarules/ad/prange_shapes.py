@@ -51,10 +51,10 @@ def row_loops(fn, types, alias, distinct):
 
 def _row_shape(body, loop, types, alias, distinct):
     """Whether the prange ``loop`` has the shape whose chunks may keep tapes of their own: a
-    loop two_pass_shape does not take
-    (a nested loop, a branch) that writes arrays it never reads (by any name of their alias
-    class), binds no array and no name of the function but its accumulators that anything after
-    it reads, holds no prange or checkpointed loop and no return. (Two names of one alias class
+    loop two_pass_shape does not take (a nested loop, a branch) that writes arrays it never
+    reads (by any name of their alias class) but in its iteration's own row (``own_rows``),
+    binds no array and no name of the function but its accumulators that anything after it
+    reads, holds no prange or checkpointed loop and no return. (Two names of one alias class
     count apart where they surely hold arrays apart whenever the loop starts, ``distinct``: a
     time loop's swap ``u, v = v, u``.)"""
     if not (isinstance(loop, ir.For) and loop.parallel and loop.snapshots is None) \
@@ -76,9 +76,10 @@ def _row_shape(body, loop, types, alias, distinct):
             ir.index_atoms(x.index) + (x.value,) if isinstance(x, ir.Store) else ()
         read |= {a.id for a in atoms if isinstance(a, ir.Name)}
     apart = distinct.get(id(loop), frozenset())
-    if any(w == n or alias.get(w, w) == alias.get(n, n) and frozenset((w, n)) not in apart
-           for w in stored for n in read):
-        return False                 # an iteration may read what the loop writes
+    own = own_rows(loop, inside, stored)
+    if any(w == n and w not in own or w != n and alias.get(w, w) == alias.get(n, n)
+           and frozenset((w, n)) not in apart for w in stored for n in read):
+        return False                 # an iteration may read what another one writes
     return _only_sums_leave(body, loop, {x.target for x in inside if isinstance(x, ir.Assign)}
                             | {x.var for x in inside if isinstance(x, ir.For)})
 
@@ -98,3 +99,34 @@ def after_loop(block, loop):
                 again = [s] if isinstance(s, (ir.For, ir.While)) else []
                 return inner + again + list(block[k + 1:])
     return None
+
+
+def own_rows(loop, inside, stored):
+    """The arrays of ``stored`` the prange ``loop`` reads only where it writes them: every read
+    and every write an element whose first index is the loop's variable (``out[i, j] += v``,
+    ``y[i] += A[i, j] * x[j]``), so that an iteration reads nothing another one writes. The
+    serial schedule saves each overwritten element on the tape, which the chunk's own is."""
+    var = ir.Name(loop.var)
+    if any(isinstance(x, ir.Assign) and x.target == loop.var
+           or isinstance(x, ir.For) and x.var == loop.var for x in inside):
+        return frozenset()           # the variable rebound: its name is not the row any more
+
+    def row(index):
+        return bool(index) and index[0] == var and not ir.has_slice(index)
+
+    own = {w for w in stored if all(row(x.index) for x in inside
+                                    if isinstance(x, ir.Store) and x.array == w)}
+    for x in inside:
+        if isinstance(x, ir.Store):
+            atoms = ir.index_atoms(x.index) + (x.value,)
+        elif isinstance(x, ir.Assign):
+            e = x.expr
+            if isinstance(e, ir.Index) and isinstance(e.a, ir.Name) and row(e.index):
+                atoms = ir.index_atoms(e.index)      # a read of the row's own element
+            else:
+                atoms = e.atoms()
+        else:
+            continue
+        own -= {a.id for a in atoms if isinstance(a, ir.Name)}
+    return frozenset(own)
+

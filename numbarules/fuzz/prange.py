@@ -134,7 +134,8 @@ class PrangeLoops:
         triangle ``range(min(i + 1, k))``), a while loop along the row, a branch per row, per-column weights (adjoints
         written away from the row: a copy per chunk), an accumulator; sometimes a value from
         before the loop that the loop overwrites and the reverse reads again, sometimes inside
-        a time loop whose steps swap, copy or rebind the buffers."""
+        a time loop whose steps swap, copy or rebind the buffers; sometimes the row's own
+        elements read again where they are written (``out[i, j] += ...``)."""
         rows, cols = r.randint(4, 12), r.randint(3, 9)
         args = [Arg("x0", "f", diff=True), Arg("m0", "m", (rows, cols), "C", diff=True)]
         weights = r.random() < 0.5
@@ -184,6 +185,13 @@ class PrangeLoops:
             reads.append("b")
             used.add("two values saved")
         lines.append(f"{pad}        out[i, j] = {term(r, reads, scalars)} * {term(r, reads, scalars)}")
+        own = r.random()
+        if own < 0.3:
+            # the row's own elements read again where the loop writes them: a sum into the
+            # element, the one before it (at j = 0 the row's last, from before the write)
+            lines.append(f"{pad}        out[i, j] += {c(r)} * out[i, j - 1]" if own < 0.15 else
+                         f"{pad}        out[i, j] += {term(r, reads, scalars)}")
+            used.add("own row read back")
         if r.random() < 0.3:
             row = [x for x in reads if "[i, j]" not in x and x not in ("a", "b", "w0[j]")]
             v = r.choice(row + [f"{src}[i, 0]"])
