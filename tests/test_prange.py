@@ -20,7 +20,7 @@ import numbarules as nr
 from numbarules.testing import check_grad
 from numbarules.ad import outline
 from numbarules.api import spec_for_call
-from perf.bench_prange import heat2d_p as heat2d, heat_p, heat_swapped_p
+from perf.bench_prange import heat2d_p as heat2d, heat_p, heat_swapped_p, matvec_p as matvec
 
 
 def rosenbrock(x, a):
@@ -335,18 +335,6 @@ def overwritten_in_steps(x, w):
     return np.sum(out) + y
 
 
-def matvec(A, x):
-    """``y[i] += A[i, j] * x[j]``: each row reads the element it writes (its own, first index
-    ``i``), which the serial schedule saves before each write; the chunks keep those saves on
-    their own tapes."""
-    n, m = A.shape
-    y = np.zeros(n)
-    for i in numba.prange(n):
-        for j in range(m):
-            y[i] += A[i, j] * x[j]
-    return np.sum(np.tanh(y))
-
-
 def row_products(A, B, c):
     """A product by loops with a nonlinearity per element, ``C[i, j]`` summed along ``k`` and
     read back in the same row (``C[i, j - 1]``)."""
@@ -412,6 +400,7 @@ CASES = [
      (RNG.normal(size=(6, 4)), 0.6), (0, 1)),
     ("chunk tapes", inner_while, inner_while_serial, (RNG.normal(size=(9, 4)), 0.7), (0, 1)),
     ("chunk tapes", three_levels, three_levels_serial, (RNG.normal(size=(7, 3, 4)),), (0,)),
+    # perf/bench_prange.py's matvec rows: each row reads the element it writes, its own
     ("chunk tapes", matvec, matvec_serial, (RNG.normal(size=(9, 5)), RNG.normal(size=5)), (0, 1)),
     ("chunk tapes", row_products, row_products_serial,
      (RNG.normal(size=(7, 3)), RNG.normal(size=(3, 4)), 0.8), (0, 1, 2)),
