@@ -17,12 +17,13 @@ class ChunkedReverse:
 
     def two_pass_parallel(self, loop):
         """Whether the two-pass schedule may run the prange ``loop``'s forward and reverse in
-        parallel chunks (ad/parallel.py): its shape allows (``prange_shapes.two_pass_shape``), on
-        the CPU, and every value it saves is saved in slots of its iteration's own
+        parallel chunks (ad/parallel.py): its shape allows (``prange_shapes.two_pass_shape``),
+        on the CPU, and every value it saves is saved in slots of its iteration's own
         (``slotted``)."""
         return (loop.parallel and self.device is None and not self.fusing and not self.plain
                 and loop.snapshots is None and not self.loop_views(loop)
-                and prange_shapes.two_pass_shape(self.fn.body, loop) and self.independent_saves(loop))
+                and prange_shapes.two_pass_shape(self.fn.body, loop)
+                and self.independent_saves(loop))
 
     def independent_saves(self, loop):
         """Whether every value ``loop`` saves is saved in slots (``slotted``) and none is read

@@ -106,7 +106,8 @@ def generate(fn, types, plan, name, mask):
     return kernels
 
 
-class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, Adjoints, AdjointVariables, Saves):
+class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, Adjoints,
+           AdjointVariables, Saves):
     def __init__(self, fn, types, plan, name, mask, serial=False):
         self.fn, self.types, self.plan, self.name = fn, types, plan, name
         self.serial = serial        # no prange loop in chunks (parallel.rewrite)

@@ -28,7 +28,7 @@ def two_pass_shape(body, loop):
 
 def _only_sums_leave(body, loop, assigned):
     """Whether of the names the prange ``loop`` assigns (``assigned``, its variable besides) the
-    only ones an iteration hands the next or the code after the loop (``_after``) reads are its
+    only ones an iteration hands the next or the code after the loop (``after_loop``) reads are its
     accumulators. A value an iteration hands the next (read before it is assigned) must be an
     accumulator (s += u), read nowhere else in the loop: each chunk sums its own, added after
     the loop, where it may be read. Anything else (s = 0.5 * s + u; out[i] = s after s += u)
@@ -129,4 +129,3 @@ def own_rows(loop, inside, stored):
             continue
         own -= {a.id for a in atoms if isinstance(a, ir.Name)}
     return frozenset(own)
-
