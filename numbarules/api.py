@@ -168,9 +168,12 @@ class Gradient:
         k = spec.kernels
         whole = entry and not isinstance(spec.target, rules.Rule) and bool(k.whole_body) and (
             k.fused or k.vjp is k.whole)
-        if whole and not with_value and picking:
+        if whole and not with_value and picking and not getattr(self.f, "_nr_grad_alone", False):
             # grad runs value_and_grad's kernel, through a wrapper that returns the gradient
-            # alone (_entry_result): one compile of the forward and reverse serves both
+            # alone (_entry_result): one compile of the forward and reverse serves both. Not
+            # for the functions whose value nothing asks for (higher._directional, a Hessian's
+            # directional derivative): their kernel returns no value, so LLVM drops the forward
+            # loop where the reverse computes again what it needs (a gathered reverse)
             disp = _gradient(self.f, self.argnums, True, self.flags)._driver(
                 argtypes, True, requester=self)
             # kept apart from this object's own drivers: only the direct entry picks the
@@ -555,7 +558,9 @@ def _describe(v):
 
 def code(f, *args, kind="forward"):
     """The generated source of ``f``'s kernels at the types of ``args``. ``f`` may also be an
-    ``nr.grad`` / ``nr.value_and_grad`` object: its function's kernels for its ``argnums``.
+    ``nr.grad`` / ``nr.value_and_grad`` object: its function's kernels for its ``argnums``, or
+    an ``nr.hvp`` object (``args`` then end with the direction): the kernels of the gradient of
+    the directional derivative, whose "primal" is ``f``'s tangent kernel.
 
     ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
     "primal" (the normalised primal the two are built from), "jvp" (forward mode's tangent
@@ -566,6 +571,10 @@ def code(f, *args, kind="forward"):
     kinds_ = ("forward", "pullback", "vjp", "primal", "jvp", "driver")
     if kind not in kinds_:
         raise ValueError(f"kind must be one of {sorted(kinds_)}, not {kind!r}")
+    from . import higher
+    if isinstance(f, higher.Hvp):
+        # nr.hvp(f): the kernels of the gradient of f's directional derivative
+        f, args = f.gradient(args)
     if kind == "jvp":
         from . import tangent_kernels
         g = f.f if isinstance(f, Gradient) else f

@@ -45,6 +45,7 @@ def _directional(spec, nums, n, seed=None):
         argtypes, mask = inner.key[0], inner.key[1]
         only = tangent_kernels.specialize(inner.target, argtypes, mask, tangent_only=True)
         if seed is None:
+            only.py_func._nr_grad_alone = True
             made[key] = only.py_func
             return only.py_func
         call, depends = f"jvp_{only.name}", (only.node, spec.node)
@@ -63,6 +64,7 @@ def _directional(spec, nums, n, seed=None):
     targets.exec_source(src, ns, f"directional:{spec.name}")
     fn = ns[name]
     fn._nr_depends = depends            # its reverse kernels fall with the tangent kernels
+    fn._nr_grad_alone = True
     made[key] = fn
     return fn
 
@@ -100,6 +102,12 @@ class Hvp:
         return f"<nr.{self.__qualname__}, argnums={self.argnums!r}>"
 
     def __call__(self, *args):
+        grad, args = self.gradient(args)
+        return grad(*args)
+
+    def gradient(self, args):
+        """``(g, a)``: at these arguments (then the direction) the product is ``g(*a)``, the
+        gradient of the directional derivative (``nr.code`` shows its kernels)."""
         if not args:
             raise TypeError(f"{self.__qualname__} takes the arguments, then the direction")
         *primal, v = args
@@ -116,7 +124,7 @@ class Hvp:
         given = tuple(self.jvp._tangent(k, primal[k], t, spec) for k, t in zip(nums, vs))
         fn = _directional(spec, nums, len(primal))
         grad = api.grad(fn, nums[0] if isinstance(self.argnums, int) else nums)
-        return grad(*primal, *given)
+        return grad, (*primal, *given)
 
 
 def api_jvp(f, argnums):

@@ -57,14 +57,39 @@ def carried(x):
     return np.sum(y)
 
 
-def _both(f, args, argnums):
-    """The gradient with the gather rewrite and without it (the scatter)."""
+def used_twice(x):
+    # t and u are read several times in an iteration: their adjoints are summed there (d_t +=)
+    n = x.shape[0]
+    s = 0.0
+    for i in range(n - 1):
+        t = x[i]
+        u = x[i + 1] - t * t
+        s += t * x[i + 1] + u * u * t
+    return s
+
+
+def smooth_twice(x, c):
+    # the same in a stencil written into an array (the two-kernel reverse)
+    n = x.shape[0]
+    y = np.zeros_like(x)
+    for i in range(1, n - 1):
+        t = x[i]
+        y[i] = c * x[i - 1] * t - 2.0 * t * t + x[i + 1] * t
+    s = 0.0
+    for i in range(n):
+        s += y[i] * y[i]
+    return s
+
+
+def _both(f, args, argnums, kind="pullback"):
+    """The gradient with the gather rewrite and without it (the scatter), and the code of
+    ``kind`` with it."""
     before = gather.GATHER
     try:
         gather.GATHER = True
         nr.clear_cache()
         on = nr.grad(f, argnums=argnums)(*args)
-        code = nr.code(nr.grad(f, argnums=argnums), *args, kind="pullback")
+        code = nr.code(nr.grad(f, argnums=argnums), *args, kind=kind)
         gather.GATHER = False
         nr.clear_cache()
         off = nr.grad(f, argnums=argnums)(*args)
@@ -85,6 +110,21 @@ def test_a_one_dimensional_stencil_is_gathered_and_matches_the_scatter():
     assert "as a gather" in code
     _close(on, off)
     check_grad(smooth1, x, 0.7)
+
+
+@pytest.mark.parametrize("f, args, kind", [(used_twice, (), "driver"),
+                                           (smooth_twice, (0.7,), "pullback")])
+def test_an_adjoint_summed_within_an_iteration_is_gathered(f, args, kind):
+    # d_t += ...; d_t += ...; read; d_t = -0.0 each iteration: a version per sum (_versions),
+    # and the gather runs where d_t is zero when the loop begins (until 2026-12-07: the scatter)
+    x = np.random.default_rng(8).standard_normal(11)
+    on, off, code = _both(f, (x, *args), 0, kind)
+    assert "as a gather" in code and "_v1_0 = " in code and "d_t == 0.0" in code
+    _close(on, off)
+    check_grad(f, x, *args)
+    for n in (1, 2, 3):            # the loop empty or short: the scatter, or a gather at the ends
+        on, off, _ = _both(f, (x[:n].copy(), *args), 0, kind)
+        _close(on, off)
 
 
 def test_a_one_dimensional_loop_summing_a_scalar_keeps_the_scatter():

@@ -210,7 +210,9 @@ class FusedVjp:
                 trial.lines[first_rev:] = [
                     line for line in trial.lines[first_rev:]
                     if not re.fullmatch(rf"\s*{re.escape(dv)} (= -0\.0|\+= .*)", line)]
-        reverse_text = "\n".join(trial.lines[first_rev:])
+        # (comments left out: they quote the source line, which names what the loop drops)
+        reverse_text = "\n".join(line for line in trial.lines[first_rev:]
+                                  if not line.lstrip().startswith("#"))
         if any(re.search(rf"\b{re.escape(v)}\b", reverse_text) for v in dropped):
             return False
         trial.add(f"{j} -= 1")

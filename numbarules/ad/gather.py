@@ -19,11 +19,14 @@ shape it can check completely:
   they are set (no value carried between iterations), element accumulations
   ``d_x[i + a, j + b] = d_x[i + a, j + b] + e`` into float64 adjoint arrays (not read otherwise),
   reads and zeroings of adjoint arrays at the iteration's own element, and scalar accumulations
-  ``d_k += e`` into names the body does not otherwise touch.
+  ``d_k += e`` into names the body does not otherwise touch. The adjoint of a value an
+  iteration reads several times is summed within the iteration (``d_t += a; d_t += b; _g = d_t;
+  d_t = -0.0``); such sums are first rewritten as a name per version (``_Plan._versions``).
 
 At run time a guard checks that every trip count is positive, that the gathered elements are in
 bounds without negative-index wraparound, and that each written array shares no memory with an
-array the body reads (``runtime._apart``); otherwise the scatter, kept beside it, runs. The sums
+array the body reads (``runtime._apart``), and that an adjoint summed from zero in each
+iteration is zero when the loop begins; otherwise the scatter, kept beside it, runs. The sums
 are the same numbers added in another order: array elements within a few ulp of the scatter,
 lane sums within (rows + columns) rounding steps of the terms' magnitudes instead of (rows x
 columns). ``NUMBARULES_GATHER=0`` turns the rewrite off; tests set ``GATHER`` to compare both.
@@ -37,6 +40,7 @@ runs its outer loop in chunks on the threads (``parallel``).
 """
 
 import ast
+import copy
 import os
 import re
 import textwrap
@@ -122,7 +126,7 @@ def rewrite(gen, out, start, loops, parallel=False, fresh=()):
     nest = _read_nest(tree.body, len(loops))
     if nest is None:
         return None
-    plan = _Plan.of(gen, nest)
+    plan = _Plan.of(gen, nest, loops[0].id)
     if plan is None or (parallel and (plan.scalars or len(nest.vars) > 1)):
         return None
     written = {site.array for site in plan.sites}
@@ -258,10 +262,71 @@ class _Plan:
     """The classified body of one nest and the gather written from it."""
 
     @classmethod
-    def of(cls, gen, nest):
+    def of(cls, gen, nest, sid):
         p = cls()
         p.gen, p.nest = gen, nest
+        p._versions(sid)
         return p if p._classify() else None
+
+    def _versions(self, sid):
+        """Rewrite in ``nest.body`` each adjoint that one iteration sums (``+=``) as a name per
+        version, set once and read after it is set, as the gather needs: ``d_u = a; d_u += b``
+        becomes ``_v1_0 = a; _v1_1 = _v1_0 + b``, and reads of ``d_u`` read the version before
+        them. Two shapes begin anew in each iteration: an accumulator first assigned there
+        (``d_u = a``), and one summed from zero and taken out (``_d6_ += a; _g = _d6_;
+        _d6_ = -0.0``: the adjoint of a value the iteration uses twice). The second is zero when
+        an iteration begins (the previous one took it out), except perhaps in the scatter's first
+        iteration: those names are kept in ``entry_zero``, and the gather runs only where they
+        are zero when the loop begins (a guard in ``emit``). ``leftover``: each rewritten name's
+        value after an iteration (the last version, or the zero it was reset to)."""
+        body = self.nest.body
+        summed = [x.target.id for x in body if isinstance(x, ast.AugAssign)
+                  and _is_name(x.target) and isinstance(x.op, (ast.Add, ast.Sub))]
+        self.entry_zero, self.leftover, count = [], {}, 0
+        for name in dict.fromkeys(summed):
+            if name in self.nest.vars or self._type(name) != nbt.float64:
+                continue
+            new, cur, first, last = [], None, None, None
+            for x in body:
+                loads = [y for y in ast.walk(x) if isinstance(y, ast.Name) and y.id == name
+                         and isinstance(y.ctx, ast.Load)]
+                aug = isinstance(x, ast.AugAssign) and _is_name(x.target, name) \
+                    and isinstance(x.op, (ast.Add, ast.Sub))
+                assign = isinstance(x, ast.Assign) and len(x.targets) == 1 \
+                    and _is_name(x.targets[0], name)
+                stores = [y for y in ast.walk(x) if isinstance(y, ast.Name) and y.id == name
+                          and not isinstance(y.ctx, ast.Load)]
+                if stores and not (aug or assign) or loads and cur is None:
+                    break           # set otherwise, or read where it is zero: left as it is
+                if not (loads or aug or assign):
+                    new.append(x)
+                    continue
+                if first is None:
+                    first = "sum" if aug else "set"
+                if assign and _is_zero(x.value):
+                    cur, last = None, x.value
+                    continue
+                x = _Rename(name, cur).visit(copy.deepcopy(x)) if loads else x
+                if aug or assign:
+                    v = f"_v{sid}_{count}"
+                    count += 1
+                    value = x.value
+                    if aug and cur is not None:
+                        value = ast.BinOp(ast.Name(cur, ast.Load()), x.op, x.value)
+                    elif aug and isinstance(x.op, ast.Sub):
+                        value = ast.UnaryOp(ast.USub(), x.value)
+                    x = ast.fix_missing_locations(
+                        ast.Assign([ast.Name(v, ast.Store())], value, lineno=1))
+                    cur = v
+                new.append(x)
+            else:
+                if first is None or first == "sum" and cur is not None:
+                    continue        # summed into what the last iteration left: a real carry
+                body[:] = new
+                if first == "sum":
+                    self.entry_zero.append(name)
+                self.leftover[name] = cur if cur is not None else ast.unparse(last)
+        return self.entry_zero
 
     def _classify(self):
         nest = self.nest
@@ -442,7 +507,7 @@ class _Plan:
             groups[next(iter(groups))][(0,) * depth] = None
         groups = {array: list(offs) for array, offs in groups.items()}
 
-        conds = [f"{c} > 0" for c in n]
+        conds = [f"{c} > 0" for c in n] + [f"{x} == 0.0" for x in self.entry_zero]
         for array, offs in groups.items():
             for k in range(depth):
                 conds.append(f"{shift(plus(lo[k], n[k]), max(o[k] for o in offs))} "
@@ -567,6 +632,8 @@ class _Plan:
             add(1, f"{v[k]} = {lo[k]}")
         for pos in sorted(self.defs.values()):
             add(1, ast.unparse(nest.body[pos]))
+        for name, value in self.leftover.items():
+            add(1, f"{name} = {value}")
         for j in nest.js:
             add(1, f"{j} = -1")
         add(1, _LEFTOVERS_END)
@@ -624,6 +691,25 @@ def drop_unread_leftovers(source):
             if re.search(rf"(?<![\w.]){re.escape(name)}\b", outside):
                 kept.append(line)
         lines[start:end + 1] = kept
+
+
+def _is_zero(e):
+    """``0.0`` or ``-0.0``."""
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        e = e.operand
+    return _is_const(e, 0.0)
+
+
+class _Rename(ast.NodeTransformer):
+    """Reads of one name replaced by another."""
+
+    def __init__(self, old, new):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node):
+        if node.id == self.old and isinstance(node.ctx, ast.Load):
+            return ast.Name(self.new, ast.Load())
+        return node
 
 
 def _term(e):
