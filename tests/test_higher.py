@@ -345,3 +345,33 @@ def test_hvp_gathers_its_reverse_and_computes_no_value(optimised):
     want = (vg(x + h * v)[1] - vg(x - h * v)[1]) / (2 * h)
     np.testing.assert_allclose(got[True], want, rtol=1e-6, atol=1e-6)
     assert got[True, "vectors"] > got[False, "vectors"], got
+
+
+def _stencil_after_scalars(x0, v0, x1=-0.07):
+    # fuzz seed 56000 #3 (stencils): the gathered reverse of the tangent kernel's loop summed
+    # into `_g1`, a name the body's own statements used (`_g1 = _d41_`): H v wrong, H not
+    # symmetric. The gather's names are its own since (gather._own).
+    s = 0.0
+    t1 = (v0[0] - v0[2]) * v0[0] + s + s + x0 * x0
+    t2 = s - t1 + v0[1] - s
+    s += 0.94 * t2
+    t3 = 0.7 + x0 * t1
+    s += (s - 1.22 * x0)
+    s = s * 0.54 - math.tanh(x1 * v0[0])
+    s += 1.29 * x1 + 0.41 * s
+    y4 = np.zeros(3)
+    for i5 in range(2, 3):
+        y4[i5] = 0.24 * v0[i5] * v0[i5 - 2] + 0.86 * v0[i5 - 2] + 0.02 * v0[i5 - 1]
+    s += np.sum(y4 * y4)
+    return s + 0.44 * t2 + 0.17 * t1 + 0.34 * t3
+
+
+def test_a_gathered_reverse_keeps_the_names_of_the_body():
+    x0, x1 = 0.24362290309811652, -0.12450540378276487
+    v0 = np.array([1.490580255085558, -1.3476249409520142, 0.27739066721725614])
+    hvp, g = nr.hvp(_stencil_after_scalars, 1), nr.grad(_stencil_after_scalars, 1)
+    h = 1e-6
+    for d in (np.array([0.3, -0.2, 0.5]), np.array([-0.1, 0.4, 0.2])):
+        want = (g(x0, v0 + h * d, x1) - g(x0, v0 - h * d, x1)) / (2 * h)
+        np.testing.assert_allclose(hvp(x0, v0, x1, d), want, rtol=1e-6, atol=1e-6)
+    assert "as a gather" in nr.code(hvp, x0, v0, x1, d, kind="driver")

@@ -308,7 +308,7 @@ class _Plan:
                     continue
                 x = _Rename(name, cur).visit(copy.deepcopy(x)) if loads else x
                 if aug or assign:
-                    v = f"_v{sid}_{count}"
+                    v = _own(self.gen, f"_v{sid}_{count}")
                     count += 1
                     value = x.value
                     if aug and cur is not None:
@@ -477,9 +477,11 @@ class _Plan:
         nest = self.nest
         depth = len(nest.vars)
         lo, n, v = nest.starts, nest.counts, nest.vars
-        m = [f"_m{sid}_{k}" for k in range(depth)]
-        q = [f"_q{sid}_{k}" for k in range(depth)]
-        g = f"_g{sid}"
+        own = lambda name: _own(self.gen, name)      # noqa: E731
+        m = [own(f"_m{sid}_{k}") for k in range(depth)]
+        q = [own(f"_q{sid}_{k}") for k in range(depth)]
+        g = own(f"_acc{sid}")      # (not _g<n>: names.fresh("_g") spells those)
+        gnt = own(f"_gnt{sid}")
         out = []
 
         def add(level, text):
@@ -520,8 +522,8 @@ class _Plan:
         add(0, "# (ad/gather.py); the scatter below runs where arrays may overlap or a loop is empty")
         add(0, f"if {' and '.join(dict.fromkeys(conds))}:")
         if parallel:
-            add(1, f"_gnt{sid} = _num_threads()")
-        z = f"_z{sid}"
+            add(1, f"{gnt} = _num_threads()")
+        z = own(f"_z{sid}")
         for array, offsets in groups.items():
             if array in self.fresh:
                 # allocated unfilled: zero the elements no iteration reaches, write the others
@@ -542,7 +544,7 @@ class _Plan:
         # In a 2-D nest the scalar accumulations ride along with the first written array's own
         # iteration (offset 0), one lane per column, the lanes added up at the end: no chain of
         # additions runs through the loop.
-        lanes = {a: f"_l{sid}_{k}" for k, a in
+        lanes = {a: own(f"_l{sid}_{k}") for k, a in
                  enumerate(dict.fromkeys(a for a, _, _, _ in self.scalars))}
         for name in lanes.values():
             add(1, f"{name} = _tape({n[1]}, _np.float64)")
@@ -603,12 +605,13 @@ class _Plan:
             # copy costs Rosenbrock's first gradient 0.18 s of compile (0.37 -> 0.55 s) for
             # 0.09 ms per call (docs/numba-internals.md).
             span_ = max(o[0] for o in offsets) - min(o[0] for o in offsets)
-            c, c_lo, c_hi = f"_gc{sid}", f"_glo{sid}", f"_ghi{sid}"
-            add(1, f"for {c} in _prange(_gnt{sid}):")
-            add(2, f"{c_lo} = max(({ext[0][1]}) * {c} // _gnt{sid}, 0)")
-            add(2, f"{c_hi} = ({ext[0][1]}) * ({c} + 1) // _gnt{sid}")
+            c, c_lo, c_hi = own(f"_gc{sid}"), own(f"_glo{sid}"), own(f"_ghi{sid}")
+            add(1, f"for {c} in _prange({gnt}):")
+            add(2, f"{c_lo} = max(({ext[0][1]}) * {c} // {gnt}, 0)")
+            add(2, f"{c_hi} = ({ext[0][1]}) * ({c} + 1) // {gnt}")
             lvl = 2
-            a, b, e = f"_ga{sid}", f"_gb{sid}", f"_ge{sid}"
+            a, b, e = own(f"_ga{sid}"), own(f"_gb{sid}"), own(f"_ge{sid}")
+            m0 = own(f"{m[0]}_")
             add(lvl, f"{a} = max({c_lo}, {span_})")
             add(lvl, f"{b} = min({c_hi}, {n[0]})")
             add(lvl, "# the elements at the ends, which some iteration's term misses: guarded")
@@ -617,8 +620,8 @@ class _Plan:
                          f"min({a}, {c_hi}) if {e} == 0 else {c_hi}):")
             element(lvl + 2)
             add(lvl, "# the others, which every offset's term reaches: no guard, so it vectorises")
-            add(lvl, f"for {m[0]}_ in range({b} - {a}):")
-            add(lvl + 1, f"{m[0]} = {a} + {m[0]}_")
+            add(lvl, f"for {m0} in range({b} - {a}):")
+            add(lvl + 1, f"{m[0]} = {a} + {m0}")
             element(lvl + 1, guarded=False)
         if lanes:
             add(1, f"for {m[1]} in range({n[1]}):")
@@ -691,6 +694,23 @@ def drop_unread_leftovers(source):
             if re.search(rf"(?<![\w.]){re.escape(name)}\b", outside):
                 kept.append(line)
         lines[start:end + 1] = kept
+
+
+def _own(gen, name):
+    """The gather's name ``name`` (``_m1_0``: its loop id in it), or ``name`` with underscores
+    appended where the kernel already has a name so spelt (a user's variable, a temporary of the
+    reverse): the gather's statements are mixed with the body's, whose names must keep their
+    values (fuzz seed 56000 #3: the gather's sum was ``_g1``, which the body's ``_g1 = _d41_``
+    overwrote). The same answer for the same name in one kernel (a nest's text may be written
+    twice: a trial, then the kernel)."""
+    mine = gen.__dict__.setdefault("gather_names", {})
+    if name not in mine:
+        own = name
+        while own in gen.names.taken:
+            own += "_"
+        gen.names.taken.add(own)
+        mine[name] = own
+    return mine[name]
 
 
 def _is_zero(e):
