@@ -49,6 +49,7 @@ class TangentSpec:
         self.key, self.target, self.func, self.name = key, target, func, name
         self.alive, self.ready, self.node = True, False, None
         self.flags = compile_flags.DEFAULT
+        self.waiters = []     # (namespace, name, spec) of callers to give our kernel once built
 
     def __repr__(self):
         return f"<tangent kernel {self.name}>"
@@ -96,6 +97,11 @@ def _specialize(target, argtypes, mask, entry_of, tangent_only, for_reverse):
         _build(spec, tuple(argtypes), tuple(mask), entry_of, tangent_only)
     except BaseException:
         spec.drop()
+        # callees built inside this build that call back into it never got its kernel
+        for _, _, caller in spec.waiters:
+            if caller.node is not None:
+                cache.invalidate([caller.node])
+            caller.drop()
         raise
     return spec
 
@@ -157,6 +163,14 @@ def _build(spec, argtypes, mask, entry_of, tangent_only=False):
     spec.ns = ns
     spec.jvp = ns[f"jvp_{spec.name}"]
     spec.ready = True
+    for other_ns, name, caller in spec.waiters:
+        # mutual recursion: a callee built inside this build calls this kernel; it gets the
+        # kernel now (Numba resolves the name when it compiles, at the first call) and relies
+        # on this node as on any callee's
+        other_ns[name] = spec.jvp
+        if caller.alive and caller.node is not None:
+            cache.link(caller.node, (), (spec.node,))
+    spec.waiters = []
 
 
 def _refuse(spec, s, what, hint):
@@ -248,13 +262,14 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         # self-recursion: the kernel calls itself by its name in its own namespace
         _warm_generated_module()
         return pushforward.TangentCall(kind, f"jvp_{spec.name}", mask=arg_mask)
-    if not callee.ready:
-        raise _refuse(spec, s, f"a mutually recursive call of {getattr(f, '__name__', f)} (or a "
-                      f"recursive call with other differentiated arguments) in forward mode "
-                      f"(nr.jvp)", "forward mode differentiates a function calling itself with "
-                      "the same arguments differentiated; use nr.grad, or write the recursion "
-                      "as a loop.")
     name = f"jvp_{callee.name}"
+    if not callee.ready:
+        # A call back into a specialization still being built (under the compiler lock, by
+        # this thread: mutual recursion, or a recursive call with other tangents). Bound, and
+        # linked for backedges, when that one is built (TangentSpec.waiters).
+        _warm_generated_module()
+        callee.waiters.append((ns, name, spec))
+        return pushforward.TangentCall(kind, name, mask=arg_mask)
     ns[name] = callee.jvp
     if spec.fn.file == "<nr.jvp>" and arg_mask == spec.key[1]:
         # nr.jvp(f)'s entry, a call of f with the same tangents: higher.py differentiates the

@@ -63,8 +63,9 @@ class Plan:
                                # after its reverse (_snapshots)
     snapshot_stores: frozenset = frozenset()  # id() of pushed stores those snapshots (or a
                                               # fresh array) make unneeded
-    rows: frozenset = frozenset()  # id() of prange loops whose chunks keep tapes of their own
-                                   # between the passes, when the texts allow (chunk_tapes.py)
+    rows: dict = None          # id() of a prange loop whose chunks keep tapes of their own
+                               # between the passes, when the texts allow (chunk_tapes.py) ->
+                               # the arrays it reads only in its own row (prange_shapes.row_loops)
 
 
 def plan(fn, types, mask, classify):

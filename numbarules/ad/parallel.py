@@ -102,7 +102,7 @@ from typing import Any
 
 from numba.core import types as nbt
 
-from . import fusion, ir, prange_shapes
+from . import fusion, ir
 from .tape import _TAPE_DTYPES, _TAPE_KEYS
 
 
@@ -198,10 +198,9 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
     read = _read_arrays(tree.body) if two_pass else set()
     if keep is not None:
         # a chunk tape's loop may read a primal array where it writes it, in its own row only
-        # (prange_shapes.own_rows): as an array it writes and never reads, its rows disjoint
-        inside = list(ir.walk(loop.body))
-        read -= prange_shapes.own_rows(loop, inside, {x.array for x in inside
-                                                      if isinstance(x, ir.Store)})
+        # (prange_shapes.own_rows, found by the analysis): as an array it writes and never
+        # reads, its rows disjoint
+        read -= gen.plan.rows[id(loop)]
     for name in sorted(subscripted):
         if name in stored or name in slotted:
             continue                 # an array the iteration binds itself; the slots' tapes

@@ -43,32 +43,38 @@ def _only_sums_leave(body, loop, assigned):
 
 
 def row_loops(fn, types, alias, distinct):
-    """id() of the prange loops whose shape the schedule of chunk tapes takes (ad/chunk_tapes.py;
-    ad/parallel.py's docstring, "Chunks with tapes of their own")."""
-    return frozenset(id(s) for s in ir.walk(fn.body)
-                     if _row_shape(fn.body, s, types, alias, distinct))
+    """{id() of a prange loop whose shape the schedule of chunk tapes takes (ad/chunk_tapes.py;
+    ad/parallel.py's docstring, "Chunks with tapes of their own"): the arrays it reads only in
+    its own row (``own_rows``), which its chunks read as arrays they write apart}."""
+    found = {}
+    for s in ir.walk(fn.body):
+        own = _row_shape(fn.body, s, types, alias, distinct)
+        if own is not None:
+            found[id(s)] = own
+    return found
 
 
 def _row_shape(body, loop, types, alias, distinct):
-    """Whether the prange ``loop`` has the shape whose chunks may keep tapes of their own: a
+    """The arrays the prange ``loop`` reads only in its own row (``own_rows``; a frozenset,
+    maybe empty) where it has the shape whose chunks may keep tapes of their own, else None: a
     loop two_pass_shape does not take (a nested loop, a branch) that writes arrays it never
-    reads (by any name of their alias class) but in its iteration's own row (``own_rows``),
-    binds no array and no name of the function but its accumulators that anything after it
-    reads, holds no prange or checkpointed loop and no return. (Two names of one alias class
-    count apart where they surely hold arrays apart whenever the loop starts, ``distinct``: a
-    time loop's swap ``u, v = v, u``.)"""
+    reads (by any name of their alias class) but in its iteration's own row, binds no array
+    and no name of the function but its accumulators that anything after it reads, holds no
+    prange or checkpointed loop and no return. (Two names of one alias class count apart where
+    they surely hold arrays apart whenever the loop starts, ``distinct``: a time loop's swap
+    ``u, v = v, u``.)"""
     if not (isinstance(loop, ir.For) and loop.parallel and loop.snapshots is None) \
             or two_pass_shape(body, loop):
-        return False
+        return None
     inside = list(ir.walk(loop.body))
     if not any(isinstance(x, ir.Store) for x in inside):
-        return False                 # writes no array: the fused schedule's (fusion.py)
+        return None                  # writes no array: the fused schedule's (fusion.py)
     for x in inside:
         if isinstance(x, ir.Return) or isinstance(x, ir.For) and (
                 x.parallel or x.snapshots is not None):
-            return False
+            return None
         if isinstance(x, ir.Assign) and isinstance(types.get(x.target), nbt.Array):
-            return False             # an array bound per iteration (a view, a temporary)
+            return None              # an array bound per iteration (a view, a temporary)
     stored = {x.array for x in inside if isinstance(x, ir.Store)}
     read = set()
     for x in inside:
@@ -79,9 +85,11 @@ def _row_shape(body, loop, types, alias, distinct):
     own = own_rows(loop, inside, stored)
     if any(w == n and w not in own or w != n and alias.get(w, w) == alias.get(n, n)
            and frozenset((w, n)) not in apart for w in stored for n in read):
-        return False                 # an iteration may read what another one writes
-    return _only_sums_leave(body, loop, {x.target for x in inside if isinstance(x, ir.Assign)}
-                            | {x.var for x in inside if isinstance(x, ir.For)})
+        return None                  # an iteration may read what another one writes
+    if not _only_sums_leave(body, loop, {x.target for x in inside if isinstance(x, ir.Assign)}
+                            | {x.var for x in inside if isinstance(x, ir.For)}):
+        return None
+    return own
 
 
 def after_loop(block, loop):

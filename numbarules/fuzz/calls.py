@@ -85,7 +85,20 @@ class Calls:
             opts.append((2, lambda: pool("p_rsum", f"p_rsum({v.expr}, {k()})",
                                               "recursion over an array")))
         opts.append((2, lambda: self.local_recursive_call(ctx, d)))
+        opts.append((1, lambda: self.local_mutual_recursion(ctx, d)))
         return self.pick(opts)()
+
+    def local_mutual_recursion(self, ctx, d):
+        """Two helpers calling each other (each with a base case: Numba types the recursion
+        through it), differentiated in both modes (forward mode since 2026-12-07)."""
+        ra, rb = self.fresh("rec"), self.fresh("rec")
+        self.helpers.append(f"def {ra}(a, n):\n    if n <= 0:\n        return a\n"
+                            f"    return {rb}(a * 0.7, n - 1) + 0.2 * a\n")
+        self.helpers.append(f"def {rb}(a, n):\n    if n <= 0:\n        return a * a\n"
+                            f"    return math.sin({ra}(a, n - 1))\n")
+        self.local_helpers[ra] = self.local_helpers[rb] = ("rec", 2)
+        self.use("mutual recursion")
+        return f"{ra}({self.fexpr(ctx, d)}, {self.r.randint(0, 4)})"
 
     def struct_call(self, ctx, d):
         F = lambda: self.fexpr(ctx, d)  # noqa: E731
