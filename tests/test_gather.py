@@ -1,6 +1,8 @@
 """The reverse of stencil loop nests written as a gather (ad/gather.py): when it applies, what it
 computes (the scatter's gradient, finite differences), and its run-time fallback."""
 
+import contextlib
+
 import numba
 import numpy as np
 import pytest
@@ -81,21 +83,27 @@ def smooth_twice(x, c):
     return s
 
 
-def _both(f, args, argnums, kind="pullback"):
-    """The gradient with the gather rewrite and without it (the scatter), and the code of
-    ``kind`` with it."""
+@contextlib.contextmanager
+def _gather(flag):
+    """The gather rewrite on or off inside the block, every kernel compiled afresh."""
     before = gather.GATHER
+    gather.GATHER = flag
+    nr.clear_cache()
     try:
-        gather.GATHER = True
-        nr.clear_cache()
-        on = nr.grad(f, argnums=argnums)(*args)
-        code = nr.code(nr.grad(f, argnums=argnums), *args, kind=kind)
-        gather.GATHER = False
-        nr.clear_cache()
-        off = nr.grad(f, argnums=argnums)(*args)
+        yield
     finally:
         gather.GATHER = before
         nr.clear_cache()
+
+
+def _both(f, args, argnums, kind="pullback"):
+    """The gradient with the gather rewrite and without it (the scatter), and the code of
+    ``kind`` with it."""
+    with _gather(True):
+        on = nr.grad(f, argnums=argnums)(*args)
+        code = nr.code(nr.grad(f, argnums=argnums), *args, kind=kind)
+    with _gather(False):
+        off = nr.grad(f, argnums=argnums)(*args)
     return on, off, code
 
 
@@ -216,17 +224,37 @@ def test_the_gathered_reverse_vectorises(optimised):
     # vectorises the gather (docs/ad-engine.md)
     from perf._workloads_ad import rosenbrock
     x = np.linspace(-1.0, 1.0, 50)
-    before = gather.GATHER
-    try:
-        counts = {}
-        for flag in (False, True):
-            gather.GATHER = flag
-            nr.clear_cache()
+    counts = {}
+    for flag in (False, True):
+        with _gather(flag):
             counts[flag] = _vector_ops(nr.value_and_grad(rosenbrock), x)
-    finally:
-        gather.GATHER = before
-        nr.clear_cache()
     assert counts[False] == 0 and counts[True] > 0, counts
+
+
+def test_hvp_gathers_its_reverse_and_computes_no_value(optimised):
+    # The reverse of the tangent kernel reads each primal value twice (d_t += ...; d_t += ...):
+    # gathered since 2026-12-07. The gradient of the directional derivative compiles a kernel
+    # of its own that returns the gradient alone, so LLVM drops the forward sums nothing reads
+    # (Rosenbrock at n = 10^6: 3.4 -> 1.3-1.6 ms, under JAX's; README, perf/bench_higher.py)
+    from perf._workloads_ad import rosenbrock
+    x = np.random.default_rng(3).uniform(-1.5, 1.5, 40)
+    v = np.random.default_rng(4).uniform(-1.0, 1.0, 40)
+    hvp = nr.hvp(rosenbrock)
+    got, counts = {}, {}
+    for flag in (False, True):
+        with _gather(flag):
+            got[flag] = hvp(x, v)
+            grad, args = hvp.gradient((x, v))
+            counts[flag] = _vector_ops(grad, *args)
+            (disp, _), = [d for key, d in grad._drivers.items() if key[1]]
+            assert disp.py_func.__name__.startswith("grad_")      # not value_and_grad's kernel
+            assert ("as a gather" in nr.code(hvp, x, v, kind="driver")) == flag
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-12, atol=1e-9)
+    vg = nr.value_and_grad(rosenbrock)
+    h = 1e-6
+    want = (vg(x + h * v)[1] - vg(x - h * v)[1]) / (2 * h)
+    np.testing.assert_allclose(got[True], want, rtol=1e-6, atol=1e-6)
+    assert counts[True] > counts[False], counts
 
 
 def test_a_strided_argument_keeps_the_scatter():

@@ -312,40 +312,6 @@ def test_hvp_through_np_clip():
                                grad_differences(clipped, (v,), 0, np.ones(3)), atol=1e-6)
 
 
-def test_hvp_gathers_its_reverse_and_computes_no_value(optimised):
-    # The gradient of the directional derivative compiles a kernel of its own that returns the
-    # gradient alone, so LLVM drops the forward sums nothing reads, and its reverse is a gather
-    # that vectorises (Rosenbrock: 3.2 -> 1.1 ms at n = 10^6 on 2026-12-07; perf/bench_higher.py)
-    import re
-    from numbarules.ad import gather
-    x = np.random.default_rng(3).uniform(-1.5, 1.5, 40)
-    v = np.random.default_rng(4).uniform(-1.0, 1.0, 40)
-    hvp = nr.hvp(rosenbrock)
-    code = nr.code(hvp, x, v, kind="driver")
-    assert "as a gather" in code
-    grad, args = hvp.gradient((x, v))
-    before = gather.GATHER
-    try:
-        got = {}
-        for flag in (False, True):
-            gather.GATHER = flag
-            nr.clear_cache()
-            got[flag] = hvp(x, v)
-            grad, args = hvp.gradient((x, v))
-            (disp, _), = [d for key, d in grad._drivers.items() if key[1] is True]
-            assert disp.py_func.__name__.startswith("grad_")      # not value_and_grad's kernel
-            got[flag, "vectors"] = sum(len(re.findall(r"<\d+ x double>", disp.inspect_llvm(sig)))
-                                       for sig in disp.signatures)
-    finally:
-        gather.GATHER = before
-        nr.clear_cache()
-    np.testing.assert_allclose(got[True], got[False], rtol=1e-12, atol=1e-9)
-    vg = nr.value_and_grad(rosenbrock)
-    h = 1e-6
-    want = (vg(x + h * v)[1] - vg(x - h * v)[1]) / (2 * h)
-    np.testing.assert_allclose(got[True], want, rtol=1e-6, atol=1e-6)
-    assert got[True, "vectors"] > got[False, "vectors"], got
-
 
 def _stencil_after_scalars(x0, v0, x1=-0.07):
     # fuzz seed 56000 #3 (stencils): the gathered reverse of the tangent kernel's loop summed
