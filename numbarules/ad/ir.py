@@ -310,6 +310,35 @@ def blocks(stmts):
             yield from blocks(s.body)
 
 
+def statements_after(block, node, parts=None):
+    """The statements that may run after ``node`` in ``block``, in order: the rest of its
+    block, each enclosing loop again (its next iteration: the loop statement itself), the rest
+    of the block around that, out to the block's end; None where ``node`` is not in it.
+    ``parts(s)``: the statement blocks inside ``s`` and whether ``s`` is a loop; this IR's by
+    default (``parts_of``), Python's ``ast`` for generated source (ad/outline.py)."""
+    parts = parts or parts_of
+    for k, s in enumerate(block):
+        if s is node:
+            return list(block[k + 1:])
+        inner_blocks, loop = parts(s)
+        for part in inner_blocks:
+            inner = statements_after(part, node, parts)
+            if inner is not None:
+                return inner + ([s] if loop else []) + list(block[k + 1:])
+    return None
+
+
+def parts_of(s):
+    """(the statement blocks inside ``s``, whether ``s`` is a loop)."""
+    if isinstance(s, If):
+        return [s.body, s.orelse], False
+    if isinstance(s, While):
+        return [s.cond, s.body], True
+    if isinstance(s, For):
+        return [s.body], True
+    return [], False
+
+
 def walk(stmts):
     """Every statement, depth first, in program order."""
     for s in stmts:

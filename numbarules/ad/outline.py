@@ -23,6 +23,8 @@ slots); ``outline`` returns None otherwise, and the driver keeps its loops inlin
 import ast
 import re
 
+from . import ir
+
 
 def outline(lines, name, params):
     """``(driver lines, chunk function sources)`` for the driver body ``lines`` (statements at
@@ -44,7 +46,7 @@ def outline(lines, name, params):
     for loop in loops:
         assigned = {n.id for n in ast.walk(loop)
                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        after = _after(func.body, loop)
+        after = ir.statements_after(func.body, loop, _parts)
         if any(_reads_first(after, v) for v in assigned):
             return None              # a chunk's value read after the loop: not outlined
         args = _arguments(loop, driver_locals)
@@ -107,19 +109,9 @@ def _first_use(loop, v):
                if isinstance(n, ast.Name) and n.id == v)
 
 
-def _after(block, node):
-    """The statements that may run after ``node`` in ``block``, in order: the rest of its
-    block, each enclosing loop again (its next iteration), the rest of the block around that,
-    out to the function's end (as ``prange_shapes.after_loop`` on the engine's IR)."""
-    for k, s in enumerate(block):
-        if s is node:
-            return list(block[k + 1:])
-        for part in _blocks(s):
-            inner = _after(part, node)
-            if inner is not None:
-                again = [s] if isinstance(s, (ast.For, ast.While)) else []
-                return inner + again + list(block[k + 1:])
-    return None
+def _parts(s):
+    """(the statement blocks inside ``s``, whether it is a loop): for ir.statements_after."""
+    return _blocks(s), isinstance(s, (ast.For, ast.While))
 
 
 def _reads_first(stmts, v):

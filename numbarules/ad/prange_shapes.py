@@ -4,7 +4,7 @@
 slots of each iteration's own (ad/parallel.py); ``row_loops``: the loops whose chunks keep tapes
 of their own instead (ad/chunk_tapes.py), known to the analysis (``Plan.rows``). Both need the
 iterations to hand each other nothing but accumulators (``_only_sums_leave``), what may run
-after the loop read from ``after_loop``.
+after the loop read from ``ir.statements_after``.
 """
 
 from numba.core import types as nbt
@@ -28,12 +28,12 @@ def two_pass_shape(body, loop):
 
 def _only_sums_leave(body, loop, assigned):
     """Whether of the names the prange ``loop`` assigns (``assigned``, its variable besides) the
-    only ones an iteration hands the next or the code after the loop (``after_loop``) reads are its
+    only ones an iteration hands the next or the code after the loop (``ir.statements_after``) reads are its
     accumulators. A value an iteration hands the next (read before it is assigned) must be an
     accumulator (s += u), read nowhere else in the loop: each chunk sums its own, added after
     the loop, where it may be read. Anything else (s = 0.5 * s + u; out[i] = s after s += u)
     is a recurrence the chunks would cut: serial (Numba refuses such a prange in the primal)."""
-    after = after_loop(body, loop)
+    after = ir.statements_after(body, loop)
     if after is None:
         return False                 # not a loop of this function
     carried = {v for v in assigned - {loop.var} if fusion.exposed(loop.body, v)[0]}
@@ -90,23 +90,6 @@ def _row_shape(body, loop, types, alias, distinct):
                             | {x.var for x in inside if isinstance(x, ir.For)}):
         return None
     return own
-
-
-def after_loop(block, loop):
-    """The statements that may run after ``loop`` in ``block`` (see two_pass_shape), or None
-    where ``loop`` is not in it."""
-    for k, s in enumerate(block):
-        if s is loop:
-            return list(block[k + 1:])
-        parts = [s.body, s.orelse] if isinstance(s, ir.If) else \
-            [s.cond, s.body] if isinstance(s, ir.While) else \
-            [s.body] if isinstance(s, ir.For) else []
-        for part in parts:
-            inner = after_loop(part, loop)
-            if inner is not None:
-                again = [s] if isinstance(s, (ir.For, ir.While)) else []
-                return inner + again + list(block[k + 1:])
-    return None
 
 
 def own_rows(loop, inside, stored):
