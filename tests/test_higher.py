@@ -316,7 +316,7 @@ def test_hvp_through_np_clip():
 def _stencil_after_scalars(x0, v0, x1=-0.07):
     # fuzz seed 56000 #3 (stencils): the gathered reverse of the tangent kernel's loop summed
     # into `_g1`, a name the body's own statements used (`_g1 = _d41_`): H v wrong, H not
-    # symmetric. The gather's names are its own since (gather._own).
+    # symmetric. The gather's names are its own since (gather_read._own).
     s = 0.0
     t1 = (v0[0] - v0[2]) * v0[0] + s + s + x0 * x0
     t2 = s - t1 + v0[1] - s
