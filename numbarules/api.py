@@ -168,12 +168,12 @@ class Gradient:
         k = spec.kernels
         whole = entry and not isinstance(spec.target, rules.Rule) and bool(k.whole_body) and (
             k.fused or k.vjp is k.whole)
-        if whole and not with_value and picking and not getattr(self.f, "_nr_grad_alone", False):
+        if whole and not with_value and picking and not k.value_loop:
             # grad runs value_and_grad's kernel, through a wrapper that returns the gradient
             # alone (_entry_result): one compile of the forward and reverse serves both. Not
-            # for the functions whose value nothing asks for (higher._directional, a Hessian's
-            # directional derivative): their kernel returns no value, so LLVM drops the forward
-            # loop where the reverse computes again what it needs (a gathered reverse)
+            # where a loop of the kernel runs for the value alone (its reverse a gather that
+            # computes again what it reads, Kernels.value_loop): grad's own kernel returns no
+            # value and LLVM drops that loop (Rosenbrock's gradient in half the time)
             disp = _gradient(self.f, self.argnums, True, self.flags)._driver(
                 argtypes, True, requester=self)
             # kept apart from this object's own drivers: only the direct entry picks the
@@ -586,23 +586,29 @@ def code(f, *args, kind="forward"):
         return tangent_kernels.specialize(target, argtypes, mask).source
     spec = spec_for_call(f, args, caller="code")
     if kind == "driver":
-        return _driver_source(spec)
+        # nr.grad's own kernel returns no value where a loop runs for the value alone
+        alone = isinstance(f, Gradient) and not f.with_value and spec.kernels.value_loop
+        return _driver_source(spec, value=not alone)
     sources = {"forward": spec.kernels.forward, "pullback": spec.kernels.pullback,
                "vjp": spec.kernels.vjp, "primal": spec.primal_source}
     return sources[kind]
 
 
-def _driver_source(spec):
+def _driver_source(spec, value=True):
     """The vjp with the body the gradient's driver runs (``Kernels.whole_body``: a parallel
     loop's chunk loops outlined), followed by the chunk functions; the vjp itself where the
-    driver calls the kernels instead."""
+    driver calls the kernels instead. ``value=False``: nr.grad's kernel of its own, which
+    returns the gradient alone (``Kernels.value_loop``)."""
     k = spec.kernels
     if not k.whole_body:
         return k.vjp
     params = ", ".join(list(spec.fn.params) + ["_dout"])
     tangents = "".join(t + ", " for t in k.whole_tangents)
+    ret = (f"    return ({k.whole_value}, {tangents})\n" if value else
+           f"    # no value returned: LLVM deletes the loop that computes it alone\n"
+           f"    return ({tangents})\n")
     text = (f"def driver_{spec.name}({params}):\n" + "".join(line + "\n" for line in k.whole_body)
-            + f"    return ({k.whole_value}, {tangents})\n")
+            + ret)
     return text + "".join(f"\n\n{src}" for _, src in k.chunks)
 
 

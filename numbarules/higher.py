@@ -45,7 +45,6 @@ def _directional(spec, nums, n, seed=None):
         argtypes, mask = inner.key[0], inner.key[1]
         only = tangent_kernels.specialize(inner.target, argtypes, mask, tangent_only=True)
         if seed is None:
-            only.py_func._nr_grad_alone = True
             made[key] = only.py_func
             return only.py_func
         call, depends = f"jvp_{only.name}", (only.node, spec.node)
@@ -64,7 +63,6 @@ def _directional(spec, nums, n, seed=None):
     targets.exec_source(src, ns, f"directional:{spec.name}")
     fn = ns[name]
     fn._nr_depends = depends            # its reverse kernels fall with the tangent kernels
-    fn._nr_grad_alone = True
     made[key] = fn
     return fn
 

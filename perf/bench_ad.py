@@ -5,7 +5,9 @@ pair energy over 1000 particles (O(n^2)), and a 20,000-step explicit-Euler pendu
 of a workload are timed interleaved in one run and the minimum is kept, so the ratios share the
 machine's noise. The hand-written adjoints are checked against finite differences first, and
 numbarules' gradient against the hand-written one. The "fastmath" column is
-``nr.value_and_grad(f, fastmath=True)`` (reassociated sums, vmath's exp and tanh; issue 19). Until numbarules can differentiate a workload,
+``nr.value_and_grad(f, fastmath=True)`` (reassociated sums, vmath's exp and tanh; issue 19); the
+"nr.grad" column the gradient alone (no value: where a loop runs for the value alone, a kernel
+without it). Until numbarules can differentiate a workload,
 its row says why and the rest of the table still runs.
 
 Run: python perf/bench_ad.py [--quick] [--disk-cache]
@@ -124,7 +126,7 @@ def bench_workload(workload, size, rounds, sample_s, rng):
     args = workload.make_args(size, rng)
     row = {"workload": workload.name, "size": size, "nr_s": None, "nr_over_hand": None,
            "nr_over_primal": None, "compile_s": None, "tape_bytes": None, "fast_s": None,
-           "fast_over_primal": None,
+           "fast_over_primal": None, "grad_s": None, "grad_over_primal": None,
            "tape_bytes_min": workload.tape_bytes_min(*args)}
     fns = [workload.primal_jit, workload.adjoint]
     expected = workload.adjoint(*args)          # warms (compiles) the adjoint
@@ -150,13 +152,27 @@ def bench_workload(workload, size, rounds, sample_s, rng):
             fns.append(fast_fn)
         except Unavailable as exc:
             row["numbarules"] = f"fastmath=True unavailable ({exc})"
+    grad_at = None
+    if len(fns) == 4:
+        # nr.grad: the gradient alone, which where a loop runs for the value alone is a kernel
+        # of its own without that loop (Kernels.value_loop)
+        grad_fn = nr.grad(workload.primal, argnums=workload.argnums)
+        got = grad_fn(*args)
+        wrong = _mismatch(workload, expected, (expected[0], got))
+        if wrong:
+            row["numbarules"] = f"wrong gradient from nr.grad ({wrong})"
+        grad_at = len(fns)
+        fns.append(grad_fn)
 
     times = time_interleaved(fns, args, rounds, sample_s)
     row["primal_s"], row["hand_s"] = times[0], times[1]
     row["hand_over_primal"] = times[1] / times[0]
-    if len(times) == 4:
+    if len(times) >= 4:
         row["fast_s"] = times[3]
         row["fast_over_primal"] = times[3] / times[0]
+    if grad_at is not None:
+        row["grad_s"] = times[grad_at]
+        row["grad_over_primal"] = times[grad_at] / times[0]
     if len(times) >= 3:
         row["nr_s"] = times[2]
         row["nr_over_hand"] = times[2] / times[1]
@@ -182,7 +198,8 @@ def _fmt(x, spec):
 def print_table(rows, out):
     header = (f"{'workload':26s} {'primal':>9s} {'hand-written':>12s} {'numbarules':>10s} "
               f"{'nr/hand':>7s} {'nr/primal':>9s} {'compile s':>9s} {'tape bytes (min)':>22s} "
-              f"{'hand/primal':>11s} {'fastmath':>9s} {'fast/primal':>11s}")
+              f"{'hand/primal':>11s} {'fastmath':>9s} {'fast/primal':>11s} {'nr.grad':>9s} "
+              f"{'grad/primal':>11s}")
     out(header)
     out("-" * len(header))
     for r in rows:
@@ -191,7 +208,8 @@ def print_table(rows, out):
             f"{_fmt_time(r['hand_s']):>12s} {_fmt_time(r['nr_s']):>10s} "
             f"{_fmt(r['nr_over_hand'], '.2f'):>7s} {_fmt(r['nr_over_primal'], '.2f'):>9s} "
             f"{_fmt(r['compile_s'], '.2f'):>9s} {tape:>22s} {r['hand_over_primal']:11.2f} "
-            f"{_fmt_time(r['fast_s']):>9s} {_fmt(r['fast_over_primal'], '.2f'):>11s}")
+            f"{_fmt_time(r['fast_s']):>9s} {_fmt(r['fast_over_primal'], '.2f'):>11s} "
+            f"{_fmt_time(r['grad_s']):>9s} {_fmt(r['grad_over_primal'], '.2f'):>11s}")
         if r["numbarules"] != "ok":
             out(f"  numbarules: {r['numbarules']}")
 

@@ -438,3 +438,44 @@ def test_the_python_entry_compiles_nothing_of_its_own():
         if sig in vg._nr_trampoline.overloads:          # value_and_grad was called with it
             assert vg._nr_trampoline.overloads[sig] is own
     assert isinstance(g(x), np.ndarray) and isinstance(vg(x), tuple)
+
+
+def stencil_sum(x):
+    s = 0.0
+    for i in range(x.shape[0] - 1):
+        s += 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def log_stencil_sum(x):
+    s = 0.0
+    for i in range(x.shape[0] - 1):
+        s += 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return math.log(s)
+
+
+def test_grad_compiles_a_kernel_of_its_own_where_a_loop_runs_for_the_value_alone():
+    # Rosenbrock's reverse is a gather that computes again what it reads: the forward loop
+    # computes the value alone, which grad's own kernel does not return, so LLVM deletes that
+    # loop (half the time: perf/bench_ad.py). value_and_grad then compiles its own kernel.
+    x = np.array([0.3, -1.2, 0.8, 1.1, -0.4, 0.9])
+    g, vg = nr.grad(stencil_sum), nr.value_and_grad(stencil_sum)
+    before = nr.cache_info()["compiles"]
+    gx = g(x)
+    assert nr.cache_info()["compiles"] == before + 1
+    value, vgx = vg(x)
+    assert nr.cache_info()["compiles"] == before + 2
+    np.testing.assert_array_equal(gx, vgx)
+    assert value == pytest.approx(stencil_sum(x))
+    check_grad(stencil_sum, x)
+    driver = nr.code(g, x, kind="driver")
+    assert driver.rstrip().endswith("return (d_x, )"), driver[-300:]
+    assert nr.code(vg, x, kind="driver").rstrip().endswith("return (s, d_x, )")
+    # where the reverse reads the loop's sum (log's), grad shares value_and_grad's kernel
+    g, vg = nr.grad(log_stencil_sum), nr.value_and_grad(log_stencil_sum)
+    gx = g(x)
+    before = nr.cache_info()["compiles"]
+    value, vgx = vg(x)
+    assert nr.cache_info()["compiles"] == before
+    np.testing.assert_array_equal(gx, vgx)
+    check_grad(log_stencil_sum, x)

@@ -84,6 +84,10 @@ class Kernels:
     chunks: tuple = ()         # (name, source) of each chunk loop of whole_body as a function
                                # of its own (ad/outline.py), compiled with parallel=True; empty
                                # where the parallel driver compiles whole with parallel=True
+    value_loop: bool = False   # a loop of whole_body runs only for the value: its reverse is a
+                               # gather that computes again what it reads. A kernel returning
+                               # no value (nr.grad's) runs no such loop (LLVM drops it): grad
+                               # compiles a kernel of its own instead of value_and_grad's
 
 
 def generate(fn, types, plan, name, mask):
@@ -126,6 +130,7 @@ class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, A
         self.fusing = False
         self.shifted = {}           # id(Assign) -> (tape key, offset): shifted saves (tape.py)
         self.top_fused_loop = None     # the fused schedule's loop (fused_schedule.gathered_loop)
+        self.value_loop = False     # Kernels.value_loop (set by fused_schedule.gathered_loop)
         self.plain = False          # the steps a checkpointed loop advances: no saves at all
         self.dry_run = None         # the Keep of the loop whose texts chunk_tapes tries
         self.seed_as = None         # the adjoint a statement's reverse starts from, when not
@@ -672,7 +677,8 @@ class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, A
             body = tuple(parallel.zeroed_in_chunks(body))
         return Kernels(fwd, bwd, fused or vjp, self.residuals, tuple(sorted(self.tapes)),
                        fused is not None, dict(self.tangent_classes), whole,
-                       body, self.whole_tangents, self.whole_value, changes, self.parallel)
+                       body, self.whole_tangents, self.whole_value, changes, self.parallel,
+                       value_loop=fused is not None and self.value_loop)
 
     def simplified(self, source):
         """``source`` without dead declarations and stores (ad/simplify.py)."""

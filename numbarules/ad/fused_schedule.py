@@ -243,6 +243,14 @@ class FusedVjp:
         out.add(f"{n} = _trip({loop.start.src()}, {loop.stop.src()}, 1)")
         for line in trial.lines:
             out.lines.append(line)
+        # The forward loop now computes the accumulators alone. Where nothing after it reads
+        # them but a ``return s``, it computes the value alone (Kernels.value_loop; a chunked one
+        # is a call of a parallel function, which LLVM keeps; ``return log(s)`` has a reverse
+        # that reads ``s``)
+        if not in_chunks and all(
+                (isinstance(x, ir.Return) and isinstance(x.value, ir.Name))
+                or not stmt_reads(x) & carried for x in ir.walk(self.fn.body[at + 1:])):
+            self.value_loop = True
         return True
 
 
