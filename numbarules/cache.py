@@ -171,6 +171,42 @@ def link(node, decisions, callees):
             target.callers.add(node)
 
 
+class Waiters:
+    """The callers built inside a specialization's build that call back into it (mutual
+    recursion: ``up`` calls ``down`` calls ``up``), each with how it gets the kernels once they
+    exist. One for the reverse mode's specializations (kernels.py), one for forward mode's
+    (tangent_kernels.py)."""
+
+    def __init__(self):
+        self._waiting = []
+
+    def add(self, caller, bind):
+        """``caller`` (a specialization) waits; ``bind()`` gives it the kernels."""
+        self._waiting.append((caller, bind))
+
+    def built(self, node):
+        """The build ended: give each caller the kernels, and make its node rely on ``node`` as
+        on any callee's, so that a rule or method that drops the callee drops them too. Until
+        2026-12-07 they were not linked, and a rule added after the first gradient was missed
+        by a caller on the cycle reached from another entry (``down``, built inside ``up``'s
+        build, kept ``up``'s old kernels: a wrong gradient)."""
+        waiting, self._waiting = self._waiting, []
+        for caller, bind in waiting:
+            bind()
+            if caller.alive and caller.node is not None:
+                link(caller.node, (), (node,))
+
+    def failed(self):
+        """The build failed: the callers never got its kernels. Each is dropped, with whatever
+        relies on it (a caller's node drops its specialization)."""
+        waiting, self._waiting = self._waiting, []
+        for caller, _ in waiting:
+            if caller.node is not None:
+                invalidate([caller.node])
+            else:
+                caller.drop()
+
+
 def relied_on(calls):
     """(decisions, nodes) that code typed with ``calls`` (callee, argument types) relies on: the
     method each generic function call resolved to, and the compiled callees' nodes."""

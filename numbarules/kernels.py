@@ -9,6 +9,7 @@ compiled against them.
 """
 
 import dataclasses
+import functools
 import math
 import re
 import threading
@@ -64,7 +65,7 @@ class Spec:
         self.name = name
         self.alive = True
         self.ready = False
-        self.waiters = []           # (namespace, spec) of callers to give our kernels once built
+        self.waiters = cache.Waiters()      # callers to give our kernels once built
         self.node = None
         self.calls = []             # what each differentiated call resolved to (nr.explain)
         self.entry_drivers = {}     # (argnums, with_value) -> (dispatcher, node): Python entries
@@ -113,11 +114,7 @@ def specialize(target, argtypes, mask, flags=compile_flags.DEFAULT):
                 _build(spec, argtypes, mask)
     except BaseException:
         spec.drop()
-        # callers built inside this build that call back into it never got its kernels
-        for _, caller in spec.waiters:
-            if caller.node is not None:
-                cache.invalidate([caller.node])
-            caller.drop()
+        spec.waiters.failed()
         raise
     finally:
         building.pop()
@@ -199,7 +196,7 @@ def _build(spec, argtypes, mask):
         isinstance(c["target"], rules.Rule) and c["target"].kind == "rrule"
         or getattr(c["callee"], "uses_rules", False) for c in spec.calls)
     spec.ready = True
-    _bind_waiters(spec)
+    spec.waiters.built(spec.node)
 
 
 def _unlink_calls_outside_loops(spec, ns):
@@ -349,7 +346,7 @@ def _build_rule(spec, argtypes, mask):
     spec.fwd, spec.bwd, spec.vjp = (ns[f"{kind}_{spec.name}"] for kind in ("fwd", "bwd", "vjp"))
     spec.uses_rules = rule.kind == "rrule"
     spec.ready = True
-    _bind_waiters(spec)
+    spec.waiters.built(spec.node)
 
 
 def _generated_rule(rule, name, argtypes, ns):
@@ -512,7 +509,8 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
     if callee.ready:
         _bind(ns, callee)
     elif callee is not spec:
-        callee.waiters.append((ns, spec))     # mutual recursion: bound once the callee is built
+        # mutual recursion: bound once the callee is built
+        callee.waiters.add(spec, functools.partial(_bind, ns, callee))
     building = _building()
     if not callee.ready and callee in building:
         # A call back into a specialization still being built: every one from it to this one
@@ -542,19 +540,6 @@ def _classify(spec, call, arg_mask, stmt, types, ns, decisions, callees):
                             tangents=tuple(callee.tangent_kinds), value=value,
                             residuals=getattr(callee, "residual_type", None),
                             changes_residuals=changes, relayout=relayout)
-
-
-def _bind_waiters(spec):
-    """Give ``spec``'s kernels to the callers built inside its build that call back into it
-    (mutual recursion), and make their nodes rely on its node as on any callee's: a rule or
-    method that drops ``spec`` drops them too. Until 2026-12-07 they were not linked, and a rule
-    added after the first gradient was missed by a caller on the cycle reached from another
-    entry (``down`` built inside ``up``'s build kept ``up``'s old kernels: a wrong gradient)."""
-    for ns, caller in spec.waiters:
-        _bind(ns, spec)
-        if caller.alive and caller.node is not None:
-            cache.link(caller.node, (), (spec.node,))
-    spec.waiters = []
 
 
 def _bind(ns, callee):

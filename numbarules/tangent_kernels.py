@@ -21,6 +21,7 @@ How a call is differentiated in forward mode, for a call of ``f`` at types ``T``
    becomes a call of its own tangent kernel.
 """
 
+import functools
 import math
 import re
 
@@ -49,7 +50,7 @@ class TangentSpec:
         self.key, self.target, self.func, self.name = key, target, func, name
         self.alive, self.ready, self.node = True, False, None
         self.flags = compile_flags.DEFAULT
-        self.waiters = []     # (namespace, name, spec) of callers to give our kernel once built
+        self.waiters = cache.Waiters()      # callers to give our kernel once built
 
     def __repr__(self):
         return f"<tangent kernel {self.name}>"
@@ -97,11 +98,7 @@ def _specialize(target, argtypes, mask, entry_of, tangent_only, for_reverse):
         _build(spec, tuple(argtypes), tuple(mask), entry_of, tangent_only)
     except BaseException:
         spec.drop()
-        # callees built inside this build that call back into it never got its kernel
-        for _, _, caller in spec.waiters:
-            if caller.node is not None:
-                cache.invalidate([caller.node])
-            caller.drop()
+        spec.waiters.failed()
         raise
     return spec
 
@@ -163,14 +160,13 @@ def _build(spec, argtypes, mask, entry_of, tangent_only=False):
     spec.ns = ns
     spec.jvp = ns[f"jvp_{spec.name}"]
     spec.ready = True
-    for other_ns, name, caller in spec.waiters:
-        # mutual recursion: a callee built inside this build calls this kernel; it gets the
-        # kernel now (Numba resolves the name when it compiles, at the first call) and relies
-        # on this node as on any callee's
-        other_ns[name] = spec.jvp
-        if caller.alive and caller.node is not None:
-            cache.link(caller.node, (), (spec.node,))
-    spec.waiters = []
+    # mutual recursion: a callee built inside this build calls this kernel; it gets the kernel
+    # now (Numba resolves the name when it compiles, at the first call)
+    spec.waiters.built(spec.node)
+
+
+def _give(ns, name, callee):
+    ns[name] = callee.jvp
 
 
 def _refuse(spec, s, what, hint):
@@ -268,7 +264,7 @@ def _classify(spec, s, types, ns, active, decisions, callees):
         # this thread: mutual recursion, or a recursive call with other tangents). Bound, and
         # linked for backedges, when that one is built (TangentSpec.waiters).
         _warm_generated_module()
-        callee.waiters.append((ns, name, spec))
+        callee.waiters.add(spec, functools.partial(_give, ns, name, callee))
         return pushforward.TangentCall(kind, name, mask=arg_mask)
     ns[name] = callee.jvp
     if spec.fn.file == "<nr.jvp>" and arg_mask == spec.key[1]:
