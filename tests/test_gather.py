@@ -83,6 +83,18 @@ def smooth_twice(x, c):
     return s
 
 
+def lopsided(x, c):
+    # a 2-D nest with offsets -1..0 along i and -1..+2 along j: the gather's interior (no
+    # guard) and the ring around it (guarded) differ in each dimension
+    n = x.shape[0]
+    m = x.shape[1]
+    y = np.zeros((n, m))
+    for i in range(1, n):
+        for j in range(1, m - 2):
+            y[i, j] = x[i - 1, j] * x[i, j + 2] + c * x[i, j - 1] * x[i, j]
+    return np.sum(y * y)
+
+
 @contextlib.contextmanager
 def _gather(flag):
     """The gather rewrite on or off inside the block, every kernel compiled afresh."""
@@ -178,6 +190,24 @@ def test_empty_and_tiny_trip_counts():
     for shape in ((2, 2), (3, 3), (4, 4)):
         u0 = np.random.default_rng(4).random(shape)
         on, off, _ = _both(rd, (u0, 0.2, 2), (0, 1))
+        _close(on, off)
+
+
+def test_a_two_dimensional_gather_runs_its_interior_unguarded():
+    # The elements every offset's term reaches run in a nest of their own with no guard,
+    # counted from 0 (so that Numba's wraparound folds and the loop vectorises); the ring
+    # around them guarded. Shapes where the interior is empty, one row or column wide, or
+    # differs from the ring in one dimension only.
+    rng = np.random.default_rng(8)
+    for shape in ((2, 4), (3, 4), (3, 5), (4, 4), (5, 9), (9, 5), (6, 12)):
+        x = rng.standard_normal(shape)
+        on, off, code = _both(lopsided, (x, 0.6), (0, 1))
+        assert "as a gather" in code and "no guard, so it vectorises" in code
+        _close(on, off)
+    check_grad(lopsided, rng.standard_normal((6, 7)), 0.6, argnums=(0, 1))
+    for n in (5, 6, 9):         # (rd's loops run over a square grid)
+        u0 = rng.random((n, n))
+        on, off, _ = _both(rd, (u0, 0.2, 3), (0, 1))
         _close(on, off)
 
 
