@@ -125,7 +125,7 @@ def plan(fn, types, mask, classify):
                          tests | result_reads | always_read, quotients)
         pushes = _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types,
                          lambda s: _rev_reads(s, active, callee_reads, quotients), tests,
-                         result_reads, rebound, lazy)
+                         result_reads, rebound, lazy, active)
         relevant = _reverse_relevant(fn.body, active, pushes)
         # Branch tests matter only where the reverse pass replays the branch.
         more = {s.test.id for s in stmts if isinstance(s, ir.If) and id(s) in relevant

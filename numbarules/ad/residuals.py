@@ -165,7 +165,7 @@ def _cheap(expr, written, pure_math=False):
 
 
 def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_reads, tests,
-            result_reads, rebound, lazy):
+            result_reads, rebound, lazy, active):
     body = fn.body
     recomputed = {id(s) for group in recompute.values() for s in group}
     recomputed_targets = {s.target for group in recompute.values() for s in group}
@@ -268,11 +268,79 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
                           and (len(ss) > 1 or id(s) in in_loop))
     needed_arrays = {alias.get(n, n) for n in needed}
     fresh = _stores_into_fresh(fn.body, alias)
+    # A store saves the element it overwrites only where the reverse pass may read the old
+    # value: a statement whose reverse reads the array's values runs after the store's reverse
+    # (restored there) exactly when its forward may run before the store. Not an array of the
+    # caller's (a parameter's class): restoring it is what the caller sees.
+    readers = [(r, {alias.get(n, n) for n in names})
+               for r, names in _value_readers(stmts, rev_reads, recompute, lazy, active, tests,
+                                              result_reads)]
+    before = _may_run_before(body)
+    theirs = {alias.get(p, p) for p in fn.params}
     for s in stmts:
         if isinstance(s, ir.Store) and alias.get(s.array, s.array) in needed_arrays \
                 and id(s) not in fresh:
-            pushes.add(id(s))
+            cls = alias.get(s.array, s.array)
+            if cls in theirs or any(cls in classes and before(r, s) for r, classes in readers):
+                pushes.add(id(s))
     return pushes
+
+
+def _value_readers(stmts, rev_reads, recompute, lazy, active, tests, result_reads):
+    """(statement, names): the statements whose reverse reads the values (not just the
+    shapes) of these names: adjoints, a callee's or rule's pullback (which may keep references
+    to its array arguments), recomputed statements, views taken again, checkpointed loops'
+    steps, loop bounds, branch tests."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.Assign):
+            names = set(rev_reads(s))
+            if s.target in lazy or s.target in active and (
+                    isinstance(s.expr, ir.Call) or isinstance(s.expr, ir.MethodCall)
+                    and s.expr.name not in _SHAPE_ONLY_METHODS):
+                names |= set(_reads(s.expr))
+            if s.target in result_reads:
+                names.add(s.target)
+            out.append((s, names))
+        elif isinstance(s, ir.Store):
+            names = {a.id for a in ir.index_atoms(s.index) if isinstance(a, ir.Name)}
+            if isinstance(s.value, ir.Name):
+                names.add(s.value.id)
+            out.append((s, names))
+        elif isinstance(s, ir.For):
+            names = {a.id for a in (s.start, s.stop, s.step) if isinstance(a, ir.Name)}
+            if s.snapshots is not None:
+                names |= _checkpoint_reads(s)
+            out.append((s, names))
+        elif isinstance(s, ir.If) and isinstance(s.test, ir.Name) and s.test.id in tests:
+            out.append((s, {s.test.id}))
+    out += [(r, set(_reads(r.expr))) for group in recompute.values() for r in group]
+    return out
+
+
+#: Methods whose adjoint reads no element of the object (``d_u += g``; a reshape to its shape)
+_SHAPE_ONLY_METHODS = frozenset({"copy", "ravel", "flatten"})
+
+
+def _may_run_before(body):
+    """``before(s, x)``: whether statement ``s`` may run before statement ``x``: earlier in
+    the program, or in a loop around both (a later iteration)."""
+    order, loops = {}, {}
+
+    def visit(block, around):
+        for s in block:
+            order[id(s)], loops[id(s)] = len(order), around
+            if isinstance(s, ir.If):
+                visit(s.body, around)
+                visit(s.orelse, around)
+            elif isinstance(s, ir.For):
+                visit(s.body, around | {id(s)})
+            elif isinstance(s, ir.While):
+                visit(s.cond, around | {id(s)})
+                visit(s.body, around | {id(s)})
+
+    visit(body, frozenset())
+    return lambda s, x: order[id(s)] < order[id(x)] or bool(loops[id(s)] & loops[id(x)])
 
 
 _ALLOCATIONS = {"zeros", "ones", "empty", "zeros_like", "ones_like", "empty_like", "full"}
