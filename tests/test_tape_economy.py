@@ -184,6 +184,18 @@ def copied_each_step(x, c, steps):
     return np.sum(u * u)
 
 
+def copied_each_checkpointed_step(x, c, steps):
+    """The same under nr.checkpointed: its steps run again in the pullback, which keeps no arena
+    (the fuzzer's seed 62000 #16: an arena copy there was a name the pullback never bound)."""
+    n = x.shape[0]
+    u = x.copy()
+    for t in nr.checkpointed(range(steps), snapshots=2):
+        v = u.copy()
+        for i in range(1, n - 1):
+            u[i] = v[i] + c * (v[i - 1] - 2.0 * v[i] + v[i + 1]) + 0.1 * v[i] * v[i]
+    return np.sum(u * u)
+
+
 def read_before_the_sweep(x, c, steps):
     """A product reads u before a sweep overwrites it, outside any loop the two share: its
     reverse runs after the sweep's reverse and needs the old values, which must be saved."""
@@ -198,9 +210,13 @@ def test_a_store_saves_only_what_a_reverse_running_after_it_reads():
     # The sweep's old values are read by no statement that may run before it (2026-12-07:
     # the copy form of reaction-diffusion stopped saving 105 MB per gradient)
     src = nr.code(nr.grad(copied_each_step, argnums=(0, 1)), VEC, 0.3, 3)
-    assert "_push_view" not in src and "_tape_f8[_k_f8] = u[" not in src
+    assert "_push_view(_tape_f8" not in src and "_tape_f8[_k_f8] = u[" not in src
+    # each step's copy, kept for the reverse, is a block of the gradient's arena
+    # (tape.arena_copy): a checked gradient also checks that no two copies share memory
+    assert "v = _arena_f8[_ka_f8:_ka_f8 + u.size].reshape(u.shape)" in src
     for steps in (0, 1, 3):
         check(copied_each_step, VEC, 0.3, steps)
+        check(copied_each_checkpointed_step, VEC, 0.3, steps)
     # a reader before it, in no loop around both: saved, and right
     src = nr.code(nr.grad(read_before_the_sweep, argnums=(0, 1)), VEC, 0.3, 2)
     assert "_push_view(_tape_f8, _k_f8, u)" in src or "_tape_f8[_k_f8] = u[" in src

@@ -131,6 +131,7 @@ class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, A
         self.shifted = {}           # id(Assign) -> (tape key, offset): shifted saves (tape.py)
         self.top_fused_loop = None     # the fused schedule's loop (fused_schedule.gathered_loop)
         self.value_loop = False     # Kernels.value_loop (set by fused_schedule.gathered_loop)
+        self.arena = False          # copies kept for the reverse live in an arena (tape.py)
         self.plain = False          # the steps a checkpointed loop advances: no saves at all
         self.dry_run = None         # the Keep of the loop whose texts chunk_tapes tries
         self.seed_as = None         # the adjoint a statement's reverse starts from, when not
@@ -296,7 +297,7 @@ class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, A
             elif cp is not None and cp.kind == "derived" and cp.value != "primal" \
                     and self.device is None:
                 out.add(f"{s.target} = fwd_{cp.name}({args})[0]")
-            else:
+            elif not self.arena_copy(out, s):
                 out.add(f"{s.target} = {ir.expr_src(s.expr)}")
             if pushed and id(s) in self.shifted:
                 # saved for the next iteration, which would push it before overwriting it

@@ -53,6 +53,8 @@ class Saves:
         else:
             # _tape(16, dtype) is np.empty, inlined (runtime.py: no compile of its own)
             inits = [f"_tape_{k} = _tape(16, _np.{_TAPE_DTYPES[k]})" for k in sorted(self.tapes)]
+        if getattr(self, "arena", False):
+            inits += ["_arena_f8 = _tape(16, _np.float64)", "_ka_f8 = 0"]
         # typed by the rule's residual type, not by the first append: Numba may prune the
         # branch holding the append
         for name in sorted(self.rule_lists):
@@ -164,6 +166,42 @@ class Saves:
         name = f"_lr_{s.target}"
         self.rule_lists[name] = self.types[s.target]
         out.add(f"{name}.append({s.target})")
+
+    def arena_copy(self, out, s):
+        """``v = u.copy()`` where each copy is kept for the reverse (the binding it replaces
+        goes on a list), as a view of an arena of the gradient's own: a run of large tape-like
+        blocks, each on huge pages, never reused within the call. A copy allocated per step
+        (512 KB in the copy form of reaction-diffusion) was freed at the end of each call and
+        faulted in again by the next: 25,000 page faults, more system time than the gradient's
+        arithmetic. The arena grows by a block of twice the last one's size; the copies in
+        the older blocks keep them alive. False where it does not apply (device code, fused
+        loops, prange kernels, checkpointed loops)."""
+        e = s.expr
+        if self.device is not None or self.fusing or self.plain \
+                or not (isinstance(e, ir.MethodCall) and e.name == "copy" and not e.args
+                        and isinstance(e.obj, ir.Name)) \
+                or not (id(s) in self.plan.pushes and self.reference(s)
+                        and not self.reference_unread(s)) \
+                or any(isinstance(x, ir.For) and (x.parallel or x.snapshots is not None
+                                                  and any(y is s for y in ir.walk(x.body)))
+                       for x in ir.walk(self.fn.body)):
+            # (a checkpointed loop's steps run again in the pullback, which has no arena)
+            return False
+        t, src = self.types.get(s.target), self.types.get(e.obj.id)
+        if not (isinstance(t, nbt.Array) and t.layout == "C" and t.dtype == nbt.float64
+                and isinstance(src, nbt.Array) and src.dtype == nbt.float64
+                and src.ndim == t.ndim >= 1):
+            return False
+        self.arena = True
+        u, v = e.obj.id, s.target
+        out.add("# the copy in the gradient's arena (kept for the reverse: tape.arena_copy)")
+        out.add(f"if _ka_f8 + {u}.size > _arena_f8.shape[0]:")
+        out.add(f"    _arena_f8 = _tape(max(2 * _arena_f8.shape[0], {u}.size), _np.float64)")
+        out.add("    _ka_f8 = 0")
+        out.add(f"_arena_f8 = _push_view(_arena_f8, _ka_f8, {u})")
+        out.add(f"{v} = _arena_f8[_ka_f8:_ka_f8 + {u}.size].reshape({u}.shape)")
+        out.add(f"_ka_f8 += {u}.size")
+        return True
 
     def pop_reference(self, out, s):
         """Take back the array ``s`` dropped, and its adjoint (see array_names._rebound): the
