@@ -153,3 +153,40 @@ def test_the_garbage_collector_is_paused_while_compiling_and_restored_after():
     finally:
         event.unregister("numba:compile", listener)
     assert seen and not any(seen)
+
+
+def two_layouts(M):
+    u = M[:, 0] * 1.0           # a column of a Fortran matrix: layout F
+    for _ in range(2):
+        u = u[::-1].copy()      # layout C: u is 'A' after the loop
+    v = u * 0.5                 # Numba cannot allocate an 'A' result (NotImplementedError)
+    return np.sum(v)
+
+
+def two_layouts_checkpointed(x, M):
+    u = M[:, 0] * 1.0
+    for _ in nr.checkpointed(range(3), snapshots=0):
+        if M[1, 0] >= x:
+            u = u * 0.5 + 0.13
+        else:
+            u = u[::-1].copy()
+    return np.sum(u * u)
+
+
+@pytest.mark.parametrize("call", [
+    lambda M: nr.grad(two_layouts)(M),
+    lambda M: nr.jit(two_layouts)(M),
+    # fuzz seed 64000 #71: Numba asserted in a typed list's append (a cast between layouts)
+    lambda M: nr.grad(two_layouts_checkpointed, argnums=(0, 1))(0.3, M),
+], ids=["grad", "jit", "checkpointed"])
+def test_numba_failing_to_generate_code_names_the_users_line(call):
+    """Numba's lowering raises NotImplementedError or asserts (no NumbaError, no location) on
+    code its typing accepted; the user gets a CompilationError at their line with the reason."""
+    M = np.asfortranarray(np.arange(9.0).reshape(3, 3))
+    with pytest.raises(nr.CompilationError) as info:
+        call(M)
+    msg = str(info.value)
+    assert f'File "{__file__}"' in msg and "layout 'A'" in msg, msg
+    assert info.value.file == __file__ and info.value.line is not None
+    assert info.value.numba_failure
+    assert "Traceback" not in msg

@@ -251,7 +251,12 @@ def _check_paths(prog, mod, f, files, res, t0, before=None):
         res.refusal_class = cls
         res.expected = cls in prog.may_refuse
         out = "refused"
-        if not res.expected:
+        if getattr(exc, "numba_failure", None) is not None:
+            # Numba failed generating code the engine accepted: the engine's failure unless
+            # Numba cannot compile the program itself (numba_glue.located.code_generation_error)
+            res.expected = False
+            out = _invalid_or(prog, mod, attempt, "internal")
+        elif not res.expected:
             out = _invalid_or(prog, mod, attempt, "refused")
         temp = _INTERNAL_NAME.search(msg)
         if temp:        # generated programs name nothing `_x1`: the engine's own temporary

@@ -187,16 +187,19 @@ class Dispatcher(CPUDispatcher):
     def _compile(self, sig):
         try:
             return super().compile(sig)
-        except Exception:       # noqa: BLE001 - Numba's lowering asserts as well as raising its own
+        except Exception as exc:    # noqa: BLE001 - Numba's lowering asserts as well as raising its own
             if not _skips_ssa(self.py_func):
-                raise
+                _raise_clearer(exc)
             # Typed without SSA versions, a name bound to arrays of two layouts unified to
             # "A" where one of them was expected (docs/numba-internals.md): compile it as
             # Numba does, with SSA, from now on.
             self.py_func._nr_needs_ssa = True
             forget_failures(self)
             pending_errors().clear()
+        try:
             return super().compile(sig)
+        except Exception as exc:    # noqa: BLE001
+            _raise_clearer(exc)
 
     def typeof_pyval(self, val):
         # The C dispatcher types a *args entry's folded tuple here; Numba warns that first-class
@@ -234,6 +237,14 @@ class Dispatcher(CPUDispatcher):
                 if better is None:
                     raise
                 raise better from None
+
+
+def _raise_clearer(exc):
+    """Raise ``exc``; one that is neither Numba's error nor ours (an assertion in Numba's
+    lowering) as a CompilationError at the user's line (``located.code_generation_error``)."""
+    if isinstance(exc, NumbaError) or type(exc).__module__.startswith("numbarules"):
+        raise exc
+    raise located.code_generation_error(exc) from None
 
 
 class AdoptingDispatcher(Dispatcher):

@@ -15,11 +15,15 @@ subroutines Numba compiles and caches for everyone (``compile_subroutine``) are 
 their own builder, so they never carry a line of ours.
 """
 
+import linecache
+import os
 import re
 import weakref
 
-from numba.core import callconv, ir, lowering, typed_passes
+from numba.core import callconv, errors, ir, lowering, typed_passes
 from numba.core.compiler_machinery import register_pass
+
+from ..errors import CompilationError
 
 _NAMED_AT = re.compile(r'\nFile "[^"]*", line \d+, ?$')
 
@@ -103,6 +107,65 @@ class LocatingLower(lowering.Lower):
             self.context.nr_lowerer = weakref.ref(self)
 
 
+def code_generation_error(exc):
+    """A CompilationError for ``exc``, which Numba's compile raised though it is none of
+    Numba's errors (its lowering asserts or raises NotImplementedError on code its typing
+    accepted, and new-style errors let these out raw, with no location), at the innermost
+    statement of generated or user code that was being typed or lowered. ``numba_failure`` keeps
+    its text (the fuzzer counts these as the engine's failures, not as refusals)."""
+    loc = _failing_loc(exc)
+    found = user_loc(loc)
+    reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if found is not None:
+        here, function = found
+        text = linecache.getline(here.filename, here.line).strip()
+        where = f'  File "{here.filename}", line {here.line}, in {function or "?"}' + \
+            (f"\n    {text}" if text else "")
+    else:
+        here, function = loc, None
+        where = f"  in numbarules' generated code ({getattr(loc, 'filename', '?')}, line " \
+                f"{getattr(loc, 'line', '?')})"
+    if "layout 'A'" in reason or _raised_in(exc, "array_to_array"):
+        hint = ("Hint: a name bound to arrays of two layouts (C on one path, F on another: a "
+                "column of a Fortran array, a transpose) has Numba's layout 'A', and Numba cannot "
+                "allocate or store into a result of that layout. Give every binding one layout "
+                "(np.ascontiguousarray(...) where it is first bound).")
+    else:
+        hint = ("Hint: if numba.njit compiles the function for these arguments, this is a "
+                "numbarules bug: please report it with this message.")
+    err = CompilationError(f"Numba typed this code but could not generate machine code for it "
+                           f"({reason})\n{where}\n{hint}",
+                           file=getattr(here, "filename", None), line=getattr(here, "line", None))
+    err.numba_failure = reason      # the text only: the traceback holds whole compiles alive
+    return err
+
+
+def _failing_loc(exc):
+    """The location of the innermost statement of ours or the user's that Numba was typing
+    (a call constraint's ``loc``) or lowering (``inst.loc``) when ``exc`` was raised; statements of
+    Numba's own implementations (a typed list's ``append``) are skipped."""
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        names = tb.tb_frame.f_locals
+        for loc in (getattr(names.get("inst"), "loc", None),
+                    getattr(names.get("self"), "loc", None), names.get("loc")):
+            if isinstance(loc, ir.Loc) and loc.filename \
+                    and not loc.filename.startswith(_NUMBA_DIR) and user_loc(loc) is not None:
+                found = loc
+                break
+        tb = tb.tb_next
+    return found
+
+
+def _raised_in(exc, name):
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == name:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 @register_pass(mutates_CFG=True, analysis_only=False)
 class LocatingLowering(typed_passes.NativeLowering):
     _name = "numbarules_native_lowering"
@@ -124,6 +187,7 @@ class _LocatedContext:
 
 
 _CLASSES = {}
+_NUMBA_DIR = os.path.dirname(os.path.dirname(lowering.__file__))
 
 
 def locate_errors(compiler_state, pipeline):
