@@ -20,7 +20,7 @@ import os
 import re
 import weakref
 
-from numba.core import callconv, errors, ir, lowering, typed_passes
+from numba.core import callconv, ir, lowering, typed_passes
 from numba.core.compiler_machinery import register_pass
 
 from ..errors import CompilationError
