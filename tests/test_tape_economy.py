@@ -323,3 +323,80 @@ def test_which_saves_are_shifted():
     # and so is every other value on its tape; the branch's test, alone on its own, is shifted
     fwd = nr.code(saved_in_a_branch, VEC, 0.8, 3)
     assert "# _t10: saved as assigned" in fwd and "f8 + " not in fwd
+
+
+# --- arrays kept only for their shapes ---------------------------------------------------------
+
+def sliced_steps(u0, k, steps):
+    """The slices form of reaction-diffusion: of the step's twelve arrays, the reverse reads the
+    values of three (lap for d_k, the two factors of the product) and the shapes of the rest."""
+    u = u0.copy()
+    for t in range(steps):
+        lap = np.zeros_like(u)
+        lap[1:-1, 1:-1] = (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                           - 4.0 * u[1:-1, 1:-1])
+        u = u + k * lap + 0.1 * u * (1.0 - u)
+    return np.sum(u * u)
+
+
+def broadcast_steps(x, M, steps):
+    """A row broadcast against a matrix each step: the row's adjoint sums the matrix-shaped
+    gradient down to the row's shape (kept: a 1-D shape, not the matrix's)."""
+    v = x.copy()
+    for t in range(steps):
+        w = v * 0.5
+        P = w + M
+        Q = P * P
+        v = 0.1 * (Q[0] + Q[1]) + v
+    return np.sum(v * v)
+
+
+def transposed_steps(M, c, steps):
+    """Fortran-layout temporaries (arithmetic on a transpose): kept as shapes, stood for by a
+    transposed empty array of the reversed shape."""
+    A = M.T * 1.0
+    for t in range(steps):
+        B = A * 0.9
+        A = B + c * M.T
+        A = A * (1.0 + 0.1 * c)
+    return np.sum(A * A)
+
+
+def checkpointed_sliced_steps(u0, k, steps):
+    u = u0.copy()
+    for t in nr.checkpointed(range(steps), snapshots=1):
+        lap = np.zeros_like(u)
+        lap[1:-1, 1:-1] = (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                           - 4.0 * u[1:-1, 1:-1])
+        u = u + k * lap + 0.1 * u * (1.0 - u)
+    return np.sum(u * u)
+
+
+def _kept(f, args):
+    """(arrays kept whole, arrays kept as shapes) by the forward of nr.grad(f)."""
+    src = nr.code(nr.grad(f, argnums=(0, 1)), *args, kind="forward")
+    return (set(re.findall(r"_lr_(\w+)\.append\(\1\)", src)),
+            set(re.findall(r"_ls_(\w+)\.append\(\1\.shape\)", src)))
+
+
+def test_arrays_the_reverse_reads_only_the_shapes_of_keep_their_shapes():
+    U = np.random.default_rng(3).random((6, 5)) * 0.5
+    whole, shapes = _kept(sliced_steps, (U, 0.1, 2))
+    # lap (d_k = sum(g * lap)), the product's two factors and u (its slices are taken again)
+    assert {"lap", "u"} <= whole and len(whole) == 4, whole
+    assert len(shapes) == 8, shapes
+    assert not whole & shapes
+    x, M = np.array([0.3, -0.2, 0.5]), np.array([[0.1, 0.4, -0.3], [0.2, -0.1, 0.6]])
+    whole, shapes = _kept(broadcast_steps, (x, M, 2))
+    assert "w" in shapes and "P" in whole, (whole, shapes)     # 2 * P * g reads P
+    whole, shapes = _kept(transposed_steps, (M, 0.7, 2))
+    assert "B" in shapes, (whole, shapes)
+    for steps in (0, 1, 3):
+        check(sliced_steps, U, 0.1, steps)
+        check(checkpointed_sliced_steps, U, 0.1, steps)
+        check(broadcast_steps, x, M, steps)
+        check(transposed_steps, M, 0.7, steps)
+    # the residuals: 4 arrays a step and 8 shapes, not 12 arrays
+    big = np.random.default_rng(4).random((40, 40)) * 0.5
+    kept = nr.ad_stats(sliced_steps, big, 0.1, 10, argnums=(0, 1))["residual_bytes"]
+    assert kept < 6 * 10 * big.nbytes, kept

@@ -66,6 +66,7 @@ class Plan:
     rows: dict = None          # id() of a prange loop whose chunks keep tapes of their own
                                # between the passes, when the texts allow (chunk_tapes.py) ->
                                # the arrays it reads only in its own row (prange_shapes.row_loops)
+    shape_only: frozenset = frozenset()  # arrays whose shape alone the reverse reads (_shape_only)
 
 
 def plan(fn, types, mask, classify):
@@ -101,10 +102,11 @@ def plan(fn, types, mask, classify):
     # rebound or is a view taken in a loop (x[i:] * 2.0 in a loop over i).
     always_read = {n for s in stmts if isinstance(s, ir.Assign) and s.target in lazy
                    for n in _reads(s.expr)}
-    always_read |= {n for s in stmts if isinstance(s, ir.Assign) and s.target in active
+    shape_reads = {n for s in stmts if isinstance(s, ir.Assign) and s.target in active
                    for n in _reads(s.expr) if n in active and is_array(types.get(n))}
-    always_read |= {s.value.id for s in stmts if isinstance(s, ir.Store) and s.array in active
-                   and isinstance(s.value, ir.Name) and is_array(types.get(s.value.id))}
+    shape_reads |= {s.value.id for s in stmts if isinstance(s, ir.Store) and s.array in active
+                    and isinstance(s.value, ir.Name) and is_array(types.get(s.value.id))}
+    always_read |= shape_reads
     calls = {}
     for s in stmts:
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Call) and s.target in active:
@@ -133,6 +135,12 @@ def plan(fn, types, mask, classify):
         if more <= tests:
             break
         tests |= more
+    # (what recomputed statements read counts as values: one recomputed for its shape alone
+    # would still compute from them, and an index array of garbage reads out of bounds)
+    values = _needed(stmts, active, recompute, callee_reads,
+                     tests | result_reads | (always_read - shape_reads), quotients)
+    values |= {n for group in recompute.values() for r in group for n in _reads(r.expr)}
+    shape_only = _shape_only(stmts, types, needed, values, rebound, view_of)
     rev = lambda s: _rev_reads(s, active, callee_reads, quotients)   # noqa: E731
     snapshots, snapshot_stores = _snapshots(
         fn, types, alias, distinct, pushes,
@@ -142,4 +150,23 @@ def plan(fn, types, mask, classify):
                 frozenset(in_loop), frozenset(relevant),
                 {v: s for v, s in view_of.items() if v in active}, quotients,
                 {v: lp for v, lp in loop_views.items() if v in active}, rebound,
-                lazy, snapshots, snapshot_stores, rows)
+                lazy, snapshots, snapshot_stores, rows, shape_only)
+
+
+def _shape_only(stmts, types, needed, values, rebound, view_of):
+    """Arrays the reverse pass reads only for their shapes: operands of differentiated
+    statements whose adjoints sum a gradient to their shape (``_ub(g, x)``) or start from
+    ``_zeros_like(x)``, and whose values nothing reads (``values``: what the reverse needs with
+    those shape reads left out). Rebinding one saves its shape, not the array
+    (tape.push_reference): the slices form of reaction-diffusion kept 9 of its 12 arrays per
+    step only for their shapes. Left out: arrays of rebound classes (the reverse tells their
+    adjoints apart by identity), bases of views (taken again from the values), layouts and
+    dtypes an empty array of the shape cannot stand for."""
+    bases = {n for s in view_of.values() for n in _reads(s.expr)}
+    out = set()
+    for n in needed - values - bases:
+        t = types.get(n)
+        if is_array(t) and not (rebound or {}).get(n) and t.layout in ("C", "F") \
+                and isinstance(t.dtype, (nbt.Float, nbt.Integer)) and t.ndim >= 1:
+            out.add(n)
+    return frozenset(out)

@@ -428,7 +428,7 @@ class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, A
         synthesized = {f"_{c}{x.id}" for x in ir.walk(fn.body) if isinstance(x, (ir.For, ir.While))
                        for c in ("n", "w")}
         synthesized |= set(self.kept.values()) | {f"_l{n}" for n in self.rule_sites.values()}
-        synthesized |= {f"_lr_{v}" for v in self.types} | set(self.chunk_lists())
+        synthesized |= {f"_l{c}_{v}" for v in self.types for c in "rs"} | set(self.chunk_lists())
         for x in ir.walk(fn.body):          # a checkpointed loop's state at entry (slot 0)
             if isinstance(x, ir.For) and x.snapshots is not None:
                 synthesized |= {f"_c{c}{x.id}_{v}" for v in self.types for c in "rv"}

@@ -163,9 +163,15 @@ class Saves:
     def push_reference(self, out, s):
         """Save the array ``s`` rebinds its target away from: the reference, not a copy."""
         # (device gradients never get here: numbarules.cuda refuses array values first)
-        name = f"_lr_{s.target}"
-        self.rule_lists[name] = self.types[s.target]
-        out.add(f"{name}.append({s.target})")
+        v = s.target
+        if v in self.plan.shape_only:
+            # the reverse reads its shape alone (analysis._shape_only): keep that
+            self.rule_lists[f"_ls_{v}"] = nbt.UniTuple(nbt.intp, self.types[v].ndim)
+            out.add(f"_ls_{v}.append({v}.shape)")
+            return
+        name = f"_lr_{v}"
+        self.rule_lists[name] = self.types[v]
+        out.add(f"{name}.append({v})")
 
     def arena_copy(self, out, s):
         """``v = u.copy()`` where each copy is kept for the reverse (the binding it replaces
@@ -208,8 +214,17 @@ class Saves:
         adjoint of a name of its class holding the same array, else a fresh zero one."""
         v = s.target
         self.changes_residuals = True
-        out.add(f"{v} = _lr_{v}.pop()")
-        out.read(f"_lr_{v}")
+        if v in self.plan.shape_only:
+            # an array of the shape, never written nor read (its pages are never touched)
+            t = self.types[v]
+            shape, tail = f"_ls_{v}.pop()", ""
+            if t.layout == "F" and t.ndim > 1:
+                shape, tail = f"{shape}[::-1]", ".T"
+            out.add(f"{v} = _np.empty({shape}, _np.{t.dtype}){tail}")
+            out.read(f"_ls_{v}")
+        else:
+            out.add(f"{v} = _lr_{v}.pop()")
+            out.read(f"_lr_{v}")
         if v not in self.plan.active or v in self.forwarded:
             return                    # no adjoint, or one its single reader assigns
         out.add(self.adjoint_lookup(v, (self.plan.rebound or {}).get(v, ())))
