@@ -35,8 +35,9 @@ from .prange_shapes import row_loops
 from .dataflow import _activity, _alias_classes, _in_loop, _reads, _target, views
 from .array_names import (_check_aggregates, _check_array_methods, _check_arrays,
                           _check_fancy_indexing, _check_views, _lazy_views, _loop_views, _rebound)
-from .residuals import (_distinct, _divides_by_active, _needed, _pushes, _recomputable, _rev_reads,
-                        _reverse_reads, _reverse_relevant, _snapshots)
+from .residuals import (_distinct, _divides_by_active, _may_run_before, _needed, _pushes,
+                        _recomputable, _rev_reads, _reverse_reads, _reverse_relevant, _snapshots,
+                        _value_readers)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class Plan:
     rows: dict = None          # id() of a prange loop whose chunks keep tapes of their own
                                # between the passes, when the texts allow (chunk_tapes.py) ->
                                # the arrays it reads only in its own row (prange_shapes.row_loops)
-    shape_only: frozenset = frozenset()  # arrays whose shape alone the reverse reads (_shape_only)
+    shape_only: frozenset = frozenset()  # id() of rebindings that keep the dropped array's
+                                         # shape alone (_shape_only)
 
 
 def plan(fn, types, mask, classify):
@@ -140,7 +142,14 @@ def plan(fn, types, mask, classify):
     values = _needed(stmts, active, recompute, callee_reads,
                      tests | result_reads | (always_read - shape_reads), quotients)
     values |= {n for group in recompute.values() for r in group for n in _reads(r.expr)}
-    shape_only = _shape_only(stmts, types, needed, values, rebound, view_of)
+    # (an array stored into a slice: its store's reverse reads its shape, _ub(d_u[...], w))
+    readers = [(r, names - {r.value.id} if isinstance(r, ir.Store)
+                and isinstance(r.value, ir.Name) else names)
+               for r, names in _value_readers(
+                   stmts, lambda s: _rev_reads(s, active, callee_reads, quotients), recompute,
+                   {v: x for v, x in lazy.items() if v in values}, active, tests, result_reads,
+                   references=False)]
+    shape_only = _shape_only(fn, stmts, types, pushes, values, readers, rebound, view_of)
     rev = lambda s: _rev_reads(s, active, callee_reads, quotients)   # noqa: E731
     snapshots, snapshot_stores = _snapshots(
         fn, types, alias, distinct, pushes,
@@ -153,20 +162,27 @@ def plan(fn, types, mask, classify):
                 lazy, snapshots, snapshot_stores, rows, shape_only)
 
 
-def _shape_only(stmts, types, needed, values, rebound, view_of):
-    """Arrays the reverse pass reads only for their shapes: operands of differentiated
-    statements whose adjoints sum a gradient to their shape (``_ub(g, x)``) or start from
-    ``_zeros_like(x)``, and whose values nothing reads (``values``: what the reverse needs with
-    those shape reads left out). Rebinding one saves its shape, not the array
-    (tape.push_reference): the slices form of reaction-diffusion kept 9 of its 12 arrays per
-    step only for their shapes. Left out: arrays of rebound classes (the reverse tells their
-    adjoints apart by identity), bases of views (taken again from the values), layouts and
-    dtypes an empty array of the shape cannot stand for."""
-    bases = {n for s in view_of.values() for n in _reads(s.expr)}
+def _shape_only(fn, stmts, types, pushes, values, readers, rebound, view_of):
+    """id() of the rebindings whose dropped array the reverse reads only for its shape: an
+    operand whose adjoint sums a gradient to its shape (``_ub(g, x)``) or starts from
+    ``_zeros_like(x)``, with no statement reading its values (``readers``) that may run before
+    the rebinding (the reverse of such a statement runs after the array is taken back).
+    These keep the array's shape, not the array (tape.push_reference): the slices form of
+    reaction-diffusion kept 9 of its 12 arrays per step only for their shapes (u, multiplied
+    by itself after the loop, among them: that reads its last value, which is not dropped).
+    Left out: arrays of rebound classes (the reverse tells their adjoints apart by identity),
+    bases of views whose values are read (taken again from the array), layouts and dtypes
+    an empty array of the shape cannot stand for."""
+    bases = {n for v, s in view_of.items() if v in values for n in _reads(s.expr)}
+    before = _may_run_before(fn.body)
     out = set()
-    for n in needed - values - bases:
-        t = types.get(n)
-        if is_array(t) and not (rebound or {}).get(n) and t.layout in ("C", "F") \
-                and isinstance(t.dtype, (nbt.Float, nbt.Integer)) and t.ndim >= 1:
-            out.add(n)
+    for s in stmts:
+        if not (isinstance(s, ir.Assign) and id(s) in pushes):
+            continue
+        v, t = s.target, types.get(s.target)
+        if is_array(t) and t.ndim >= 1 and t.layout in ("C", "F") \
+                and isinstance(t.dtype, (nbt.Float, nbt.Integer)) \
+                and not (rebound or {}).get(v) and v not in bases \
+                and not any(v in names and before(r, s) for r, names in readers):
+            out.add(id(s))
     return frozenset(out)

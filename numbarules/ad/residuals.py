@@ -286,17 +286,20 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
     return pushes
 
 
-def _value_readers(stmts, rev_reads, recompute, lazy, active, tests, result_reads):
+def _value_readers(stmts, rev_reads, recompute, lazy, active, tests, result_reads,
+                   references=True):
     """(statement, names): the statements whose reverse reads the values (not just the
     shapes) of these names: adjoints, a callee's or rule's pullback (which may keep references
-    to its array arguments), recomputed statements, views taken again, checkpointed loops'
-    steps, loop bounds, branch tests."""
+    to its array arguments: a store into one changes what they read; not with ``references``
+    false, for rebindings, which change no array), recomputed statements, views taken again,
+    checkpointed loops' steps, loop bounds, branch tests."""
     out = []
     for s in stmts:
         if isinstance(s, ir.Assign):
             names = set(rev_reads(s))
             if s.target in lazy or s.target in active and (
-                    isinstance(s.expr, ir.Call) or isinstance(s.expr, ir.MethodCall)
+                    isinstance(s.expr, ir.Call) and references
+                    or isinstance(s.expr, ir.MethodCall)
                     and s.expr.name not in _SHAPE_ONLY_METHODS):
                 names |= set(_reads(s.expr))
             if s.target in result_reads:

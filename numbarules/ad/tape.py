@@ -164,7 +164,7 @@ class Saves:
         """Save the array ``s`` rebinds its target away from: the reference, not a copy."""
         # (device gradients never get here: numbarules.cuda refuses array values first)
         v = s.target
-        if v in self.plan.shape_only:
+        if id(s) in self.plan.shape_only:
             # the reverse reads its shape alone (analysis._shape_only): keep that
             self.rule_lists[f"_ls_{v}"] = nbt.UniTuple(nbt.intp, self.types[v].ndim)
             out.add(f"_ls_{v}.append({v}.shape)")
@@ -214,7 +214,7 @@ class Saves:
         adjoint of a name of its class holding the same array, else a fresh zero one."""
         v = s.target
         self.changes_residuals = True
-        if v in self.plan.shape_only:
+        if id(s) in self.plan.shape_only:
             # an array of the shape, never written nor read (its pages are never touched)
             t = self.types[v]
             shape, tail = f"_ls_{v}.pop()", ""
