@@ -53,7 +53,7 @@ class Saves:
         else:
             # _tape(16, dtype) is np.empty, inlined (runtime.py: no compile of its own)
             inits = [f"_tape_{k} = _tape(16, _np.{_TAPE_DTYPES[k]})" for k in sorted(self.tapes)]
-        if getattr(self, "arena", False):
+        if self.arena:
             inits += ["_arena_f8 = _tape(16, _np.float64)", "_ka_f8 = 0"]
         # typed by the rule's residual type, not by the first append: Numba may prune the
         # branch holding the append
