@@ -363,6 +363,15 @@ def transposed_steps(M, c, steps):
     return np.sum(A * A)
 
 
+def column_steps(M, c, steps):
+    """A column of a Fortran matrix: 1-D arrays of layout F kept as shapes."""
+    w = M[:, 0] * 1.0
+    for t in range(steps):
+        z = w * 0.5
+        w = z + c * M[:, 1]
+    return np.sum(w * w)
+
+
 def checkpointed_sliced_steps(u0, k, steps):
     u = u0.copy()
     for t in nr.checkpointed(range(steps), snapshots=1):
@@ -394,11 +403,14 @@ def test_arrays_the_reverse_reads_only_the_shapes_of_keep_their_shapes():
     assert "w" in shapes and "P" in whole, (whole, shapes)     # 2 * P * g reads P
     whole, shapes = _kept(transposed_steps, (M, 0.7, 2))
     assert "B" in shapes, (whole, shapes)
+    F = np.asfortranarray(M.T)
+    assert "z" in _kept(column_steps, (F, 0.7, 2))[1]
     for steps in (0, 1, 3):
         check(sliced_steps, U, 0.1, steps)
         check(checkpointed_sliced_steps, U, 0.1, steps)
         check(broadcast_steps, x, M, steps)
         check(transposed_steps, M, 0.7, steps)
+        check(column_steps, F, 0.7, steps)
     # the residuals: 3 arrays a step and 9 shapes, not 12 arrays
     big = np.random.default_rng(4).random((40, 40)) * 0.5
     kept = nr.ad_stats(sliced_steps, big, 0.1, 10, argnums=(0, 1))["residual_bytes"]
