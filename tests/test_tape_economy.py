@@ -12,7 +12,7 @@ import pytest
 
 import numbarules as nr
 
-from test_rebinding import check
+from test_rebinding import check, slices
 
 VEC = np.array([0.4, -0.3, 0.7, 0.2, 0.5])
 
@@ -327,19 +327,6 @@ def test_which_saves_are_shifted():
 
 # --- arrays kept only for their shapes ---------------------------------------------------------
 
-def sliced_steps(u0, k, steps):
-    """The slices form of reaction-diffusion: of the step's twelve arrays dropped, the reverse
-    reads the values of three (lap for d_k, the two factors of the product) and the shapes of
-    the rest."""
-    u = u0.copy()
-    for t in range(steps):
-        lap = np.zeros_like(u)
-        lap[1:-1, 1:-1] = (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
-                           - 4.0 * u[1:-1, 1:-1])
-        u = u + k * lap + 0.1 * u * (1.0 - u)
-    return np.sum(u * u)
-
-
 def broadcast_steps(x, M, steps):
     """A row broadcast against a matrix each step: the row's adjoint sums the matrix-shaped
     gradient down to the row's shape (kept: a 1-D shape, not the matrix's)."""
@@ -391,10 +378,11 @@ def _kept(f, args):
 
 def test_arrays_the_reverse_reads_only_the_shapes_of_keep_their_shapes():
     U = np.random.default_rng(3).random((6, 5)) * 0.5
-    whole, shapes = _kept(sliced_steps, (U, 0.1, 2))
-    # lap (d_k = sum(g * lap)) and the product's two factors; u too is read for its shape
-    # alone (its slices are taken again for theirs; u * u after the loop reads its last value,
-    # which is not dropped)
+    # The slices form of reaction-diffusion (test_rebinding.slices): of the step's twelve arrays
+    # dropped, the reverse reads the values of three: lap (d_k = sum(g * lap)) and the
+    # product's two factors. u too is read for its shape alone (its slices are taken again for
+    # theirs; u * u after the loop reads its last value, which is not dropped).
+    whole, shapes = _kept(slices, (U, 0.1, 2))
     assert "lap" in whole and len(whole) == 3, whole
     assert "u" in shapes and len(shapes) == 9, shapes
     assert not whole & shapes
@@ -406,12 +394,12 @@ def test_arrays_the_reverse_reads_only_the_shapes_of_keep_their_shapes():
     F = np.asfortranarray(M.T)
     assert "z" in _kept(column_steps, (F, 0.7, 2))[1]
     for steps in (0, 1, 3):
-        check(sliced_steps, U, 0.1, steps)
+        check(slices, U, 0.1, steps)
         check(checkpointed_sliced_steps, U, 0.1, steps)
         check(broadcast_steps, x, M, steps)
         check(transposed_steps, M, 0.7, steps)
         check(column_steps, F, 0.7, steps)
     # the residuals: 3 arrays a step and 9 shapes, not 12 arrays
     big = np.random.default_rng(4).random((40, 40)) * 0.5
-    kept = nr.ad_stats(sliced_steps, big, 0.1, 10, argnums=(0, 1))["residual_bytes"]
+    kept = nr.ad_stats(slices, big, 0.1, 10, argnums=(0, 1))["residual_bytes"]
     assert kept < 5 * 10 * big.nbytes, kept
