@@ -35,9 +35,9 @@ from .prange_shapes import row_loops
 from .dataflow import _activity, _alias_classes, _in_loop, _reads, _target, views
 from .array_names import (_check_aggregates, _check_array_methods, _check_arrays,
                           _check_fancy_indexing, _check_views, _lazy_views, _loop_views, _rebound)
+from .recompute import _recomputable
 from .residuals import (_distinct, _divides_by_active, _may_run_before, _needed, _pushes,
-                        _recomputable, _rev_reads, _reverse_reads, _reverse_relevant, _snapshots,
-                        _value_readers)
+                        _rev_reads, _reverse_reads, _reverse_relevant, _snapshots, _value_readers)
 
 
 @dataclass(frozen=True)

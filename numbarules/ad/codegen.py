@@ -610,7 +610,7 @@ class _Gen(CheckpointedLoops, ChunkedReverse, ChunkTapes, FusedVjp, DeviceVjp, A
         out.indent += 1
         n = len(out.lines)
         if key is not None:
-            # what the plan recomputes for this branch (residuals._branch_recomputes)
+            # what the plan recomputes for this branch (recompute._branch_recomputes)
             self.recompute_group(self.plan.recompute.get(key, ()), (), out)
         self.block_rev(stmts, out)
         if len(out.lines) == n or all(l.strip().startswith("#") for l in out.lines[n:]):

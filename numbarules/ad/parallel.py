@@ -55,7 +55,7 @@ iteration's value after the forward, the value from before the loop after the re
 either loop may stay serial while the other runs in chunks. A math call's value (``tanh``,
 ``exp``) is saved so rather than evaluated again in the reverse (the tanh map: 2.4x its primal
 with tanh evaluated twice). A fused loop (it writes no array) still re-executes its math calls
-(``residuals._cheap``): nothing saved keeps it one pass with no tape. A primal array the
+(``recompute._cheap``): nothing saved keeps it one pass with no tape. A primal array the
 loop writes may be shared by the chunks when each iteration writes its own element and the loop
 never reads it; anything else keeps the loop serial (``# prange: serial in this schedule``).
 
