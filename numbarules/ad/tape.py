@@ -260,7 +260,7 @@ class Saves:
 
     def shifted_saves(self, loop):
         """tape key -> the statements of ``loop``'s body whose pushes on that tape are saved
-        shifted (see ``codegen.stmt_fwd``): the loop is innermost and runs on the CPU, and every
+        shifted (see ``forward_pass.stmt_fwd``): the loop is innermost and runs on the CPU, and every
         push on that tape in its body saves a scalar variable that the body assigns once, at its
         top level (not in a branch). Then the value an iteration saves before the assignment is
         the one the previous iteration assigned, and storing each new value one iteration ahead
