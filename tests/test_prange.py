@@ -634,13 +634,13 @@ def test_a_prange_nested_in_a_prange_is_the_serial_gradient(f):
 
 
 def test_only_added_into():
-    """The private-copy schedule's condition (parallel._only_added_into)."""
-    from numbarules.ad.parallel import _only_added_into
+    """The private-copy schedule's condition (parallel_reads.only_added_into)."""
+    from numbarules.ad.parallel_reads import only_added_into
     ok = ["d_x[i, j] = d_x[i, j] + _d9", "d_x[i] += _d6 * w"]
-    assert _only_added_into(ast.parse("\n".join(ok)).body, {"d_x"})
+    assert only_added_into(ast.parse("\n".join(ok)).body, {"d_x"})
     for bad in ["_d10 = d_x[i, j]", "d_x[i, j] = 0.0", "d_x[i] = d_x[i + 1] + _d",
                 "d_x[i] += d_x[0]", "d_x[i] = d_x[i] * 2.0", "d_x[d_x[0]] += 1.0"]:
-        assert not _only_added_into(ast.parse("\n".join(ok + [bad])).body, {"d_x"}), bad
+        assert not only_added_into(ast.parse("\n".join(ok + [bad])).body, {"d_x"}), bad
 
 
 def test_a_loop_reading_the_array_it_writes_runs_its_reverse_in_chunks():

@@ -104,6 +104,7 @@ from numba.core import types as nbt
 
 from . import fusion, ir
 from .tape import _TAPE_DTYPES, _TAPE_KEYS
+from .parallel_reads import exposed_names, only_added_into, read_arrays, stencil_offsets
 
 
 @dataclasses.dataclass
@@ -140,7 +141,7 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
         tree = ast.parse(textwrap.dedent("\n".join(code)))
     except SyntaxError:
         return None
-    exposed, stored, subscripted = _exposed_names(tree.body)
+    exposed, stored, subscripted = exposed_names(tree.body)
     types, names, d = gen.types, gen.names, gen.names.d
     assigned = {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}
     carried = {v for v in assigned if fusion.exposed(loop.body, v)[0]}
@@ -195,7 +196,7 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
             reset.add(name)
         else:
             return None              # state carried from one iteration to the next: serial
-    read = _read_arrays(tree.body) if two_pass else set()
+    read = read_arrays(tree.body) if two_pass else set()
     if keep is not None:
         # a chunk tape's loop may read a primal array where it writes it, in its own row only
         # (prange_shapes.own_rows, found by the analysis): as an array it writes and never
@@ -216,7 +217,7 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
     if not (sums or arrays or primal):
         return None                  # nothing to split (and no accumulator to speak of)
     private = {}
-    if _stencil_offsets(gen, loop, tree.body, arrays) is None:
+    if stencil_offsets(gen, loop, tree.body, arrays) is None:
         # an adjoint array some iteration writes away from its own first index (``d_w[j]`` in
         # a loop over rows): each chunk adds into a zeroed copy of its own, added into the
         # array after the chunks. Right only for an array the loop adds into and nothing else
@@ -224,17 +225,17 @@ def rewrite(gen, loop, lines, indent, two_pass=False, slots=None, reverse=False,
         # d_out[i, j] = 0.0``: on a zeroed copy that read is 0 and the zeroing is lost, a
         # silently wrong gradient). The others stay shared.
         private = {a: t for a, t in arrays.items()
-                   if _stencil_offsets(gen, loop, tree.body, {a: t}) is None} or dict(arrays)
-        if not _only_added_into(tree.body, set(private)):
+                   if stencil_offsets(gen, loop, tree.body, {a: t}) is None} or dict(arrays)
+        if not only_added_into(tree.body, set(private)):
             return None
         arrays = {a: t for a, t in arrays.items() if a not in private}
     # (private copies alone: chunks of every nch-th iteration, as work may shrink along the loop)
     offsets = None if private and not arrays and not primal else \
-        _stencil_offsets(gen, loop, tree.body, arrays)
+        stencil_offsets(gen, loop, tree.body, arrays)
     if primal:
         # each element of a primal array written by one iteration only (the last writer would
         # otherwise depend on the order), every iteration's writes disjoint from the others'
-        at = _stencil_offsets(gen, loop, tree.body, primal)
+        at = stencil_offsets(gen, loop, tree.body, primal)
         if at is None or at[0] != at[1] or offsets is None:
             return None
         offsets = (min(offsets[0], at[0]), max(offsets[1], at[1])) if arrays else at
@@ -561,153 +562,9 @@ def zeroed_in_chunks(lines):
 _STRINGS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
 
-def _stencil_offsets(gen, loop, stmts, arrays):
-    """``(a, b)`` when every write into the shared adjoint ``arrays`` in the loop's text is at a
-    first index ``i + o`` with ``a <= o <= b`` (``i`` the loop variable, step 1), else None."""
-    if not arrays or loop.step != ir.Const(1):
-        return None if arrays else (0, 0)
-    offsets = {loop.var: 0}
-    # (also in nested loops and branches: ``_t10 = i - 1`` in a loop along the row; one site,
-    # so wherever an iteration reads it, it holds i - 1)
-    for x in ir.walk(loop.body):
-        if isinstance(x, ir.Assign) and len(gen.sites.get(x.target, ())) == 1 \
-                and isinstance(x.expr, ir.BinOp) and x.expr.op in ("+", "-"):
-            a, b = x.expr.a, x.expr.b
-            if isinstance(a, ir.Name) and a.id == loop.var and isinstance(b, ir.Const) \
-                    and type(b.value) is int:
-                offsets[x.target] = b.value if x.expr.op == "+" else -b.value
-            elif x.expr.op == "+" and isinstance(b, ir.Name) and b.id == loop.var \
-                    and isinstance(a, ir.Const) and type(a.value) is int:
-                offsets[x.target] = a.value
-    if loop.var in {x.target for x in ir.walk(loop.body) if isinstance(x, ir.Assign)}:
-        return None
-    found = []
-    for node in ast.walk(ast.Module(body=list(stmts), type_ignores=[])):
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AugAssign) else []
-        for t in targets:
-            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
-                    and t.value.id in arrays:
-                first = t.slice.elts[0] if isinstance(t.slice, ast.Tuple) else t.slice
-                if not (isinstance(first, ast.Name) and first.id in offsets):
-                    return None
-                found.append(offsets[first.id])
-    return (min(found), max(found)) if found else (0, 0)
-
-
-def _only_added_into(stmts, arrays):
-    """Whether the statements use each of ``arrays`` only to add into its elements:
-    ``d[idx] = d[idx] + e`` or ``d[idx] += e``, with ``e`` not reading it."""
-    module = ast.Module(body=list(stmts), type_ignores=[])
-
-    def reads(e):
-        return any(isinstance(n, ast.Name) and n.id in arrays for n in ast.walk(e))
-
-    def element(t):
-        return isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
-            and t.value.id in arrays
-
-    allowed = set()
-    for node in ast.walk(module):
-        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) \
-                and element(node.target) and not reads(node.value) \
-                and not reads(node.target.slice):
-            allowed.add(id(node.target.value))
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and element(node.targets[0]) and isinstance(node.value, ast.BinOp) \
-                and isinstance(node.value.op, ast.Add) and element(node.value.left):
-            t, left = node.targets[0], node.value.left
-            if t.value.id == left.value.id and ast.dump(t.slice) == ast.dump(left.slice) \
-                    and not reads(node.value.right) and not reads(t.slice):
-                allowed.update((id(t.value), id(left.value)))
-    return all(id(n) in allowed for n in ast.walk(module)
-               if isinstance(n, ast.Name) and n.id in arrays)
-
-
-def _read_arrays(stmts):
-    """The names the statements read other than as the array of a subscript they assign."""
-    targets = set()
-    for node in ast.walk(ast.Module(body=list(stmts), type_ignores=[])):
-        for t in (node.targets if isinstance(node, ast.Assign) else
-                  [node.target] if isinstance(node, ast.AugAssign) else []):
-            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
-                targets.add(id(t.value))
-            if isinstance(node, ast.AugAssign) and isinstance(t, ast.Subscript):
-                targets.discard(id(t.value))         # a[i] += v reads a[i]
-    return {n.id for n in ast.walk(ast.Module(body=list(stmts), type_ignores=[]))
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in targets}
-
-
 def _times(a, c):
     return a if c == 1 else f"{a} * {c}"
 
 
 def _float(t):
     return isinstance(t, nbt.Float)
-
-
-def _dtype(t):
-    return str(t)
-
-
-def _exposed_names(stmts):
-    """(names the statements read before they surely bind them, names they bind, names they
-    write into by subscript ``a[i] = ...`` / ``a[i] += ...``), over the loop body's text. Reads
-    inside a nested loop or a branch count at once; binds there do not count as sure."""
-    exposed, stored, subscripted = set(), set(), set()
-
-    def reads(node, bound):
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
-                exposed.add(sub.id)
-
-    def block(body, bound):
-        for s in body:
-            if isinstance(s, ast.Assign):
-                reads(s.value, bound)
-                for t in s.targets:
-                    _target(t, bound, reads)
-            elif isinstance(s, ast.AugAssign):
-                reads(s.value, bound)
-                if isinstance(s.target, ast.Name):
-                    if s.target.id not in bound:
-                        exposed.add(s.target.id)
-                    stored.add(s.target.id)
-                else:
-                    _target(s.target, bound, reads)
-            elif isinstance(s, (ast.For, ast.While, ast.If)):
-                reads(s.iter if isinstance(s, ast.For) else s.test, bound)
-                inner = set(bound)
-                if isinstance(s, ast.For):
-                    _target(s.target, inner, reads)
-                block(s.body, inner)
-                block(s.orelse, set(bound))
-            elif isinstance(s, ast.Expr):
-                reads(s.value, bound)
-            elif isinstance(s, ast.Pass):
-                pass
-            else:
-                # anything else (a return, a raise): read everything, bind nothing
-                reads(s, bound)
-
-    def _target(t, bound, reads_of):
-        if isinstance(t, ast.Name):
-            stored.add(t.id)
-            bound.add(t.id)
-        elif isinstance(t, (ast.Tuple, ast.List)):
-            for e in t.elts:
-                _target(e, bound, reads_of)
-        elif isinstance(t, ast.Subscript):
-            reads_of(t.slice, bound)
-            if isinstance(t.value, ast.Name):
-                subscripted.add(t.value.id)
-                if t.value.id not in bound:
-                    exposed.add(t.value.id)
-            else:
-                reads_of(t.value, bound)
-        else:
-            reads_of(t, bound)
-
-    block(stmts, set())
-    return exposed, stored, subscripted
-
