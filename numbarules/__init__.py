@@ -14,7 +14,9 @@ from . import entries  # noqa: F401 - the backend generic functions call (entrie
 from .profile import compile_stats, CompileStats
 from .rules import rrule, frule, scalar_rule, opt_out, non_differentiable, rule_for
 from . import primitives  # noqa: F401 - registers the built-in rules
-from .api import grad, value_and_grad, pullback, code, ad_stats
+from .api import grad, value_and_grad
+from .inspection import code, ad_stats
+from .pullbacks import pullback
 from .forward import jvp
 from .higher import hvp, hessian, jacobian
 from .tangent_arith import zero_tangent, update

@@ -1,4 +1,5 @@
-"""The differentiation API: grad, value_and_grad, pullback, code, ad_stats.
+"""The differentiation API: the gradient objects ``nr.grad`` and ``nr.value_and_grad``
+(``nr.pullback`` is pullbacks.py's, ``nr.code`` and ``nr.ad_stats`` inspection.py's).
 
 ``nr.grad(f)`` and ``nr.value_and_grad(f)`` are gradient objects. Like generic functions they are
 callable from Python (Numba's C dispatcher binds the arguments and jumps into the compiled
@@ -7,7 +8,6 @@ resolved while the caller is typed. The driver runs the forward kernel and the p
 in one compiled function, so residuals never cross into Python.
 """
 
-import copy
 import inspect
 import re
 
@@ -19,8 +19,7 @@ from . import (cache, compile_flags, entries, function_values, kernels, numba_gl
                targets)
 from .ad import kinds
 from .dispatch import GenericFunction
-from .errors import NumbarulesError, RuleError
-from .structs import Tangent, isstruct
+from .errors import NumbarulesError
 
 
 class Gradient:
@@ -434,216 +433,3 @@ def _positional(f, args, caller):
                         f"{'was' if len(args) == 1 else 'were'} given") from None
     bound.apply_defaults()
     return function_values.arguments(tuple(bound.args))
-
-
-def pullback(f, *args, boundscheck=False, fastmath=False):
-    """``(y, pb)``: the value of ``f(*args)`` and its pullback; ``pb(dy)`` returns one tangent per
-    argument (None for integers and booleans).
-
-    ``dy`` must have the kind and shape of ``y`` (a float for a float, an array of the same
-    shape for an array, a tuple or ``nr.Tangent`` of those for a tuple or struct); anything else
-    raises ValueError naming ``f``. A rule's tangents are checked against the arguments' shapes
-    (``nr.RuleError``). ``boundscheck``, ``fastmath``: as for ``nr.grad``.
-    """
-    given = len(args)
-    args = _positional(f.f if isinstance(f, Gradient) else f, args, "pullback")
-    spec = spec_for_call(f, args, flags=compile_flags.Flags(boundscheck, fastmath))
-    y, residuals = spec.fwd(*args)
-    name = f"pullback({getattr(f, '__qualname__', f)})"
-    bwd = _frozen_pullback(spec, residuals, y)
-    # A reverse pass that restores the arrays the forward overwrote (or pops saved references)
-    # leaves its residuals as they were before the forward: run again, it would start from the
-    # wrong arrays (silently wrong). Such a pullback keeps a copy of the arguments, and each
-    # call after the first runs the forward again on it.
-    state = {"residuals": residuals, "fresh": True,
-             "args": _copied(args) if spec.kernels.changes_residuals else None}
-    fwd = _frozen_forward(spec, args) if state["args"] is not None else None
-
-    def pb(dy):
-        dy = _cotangent(name, y, dy)
-        if not state["fresh"] and state["args"] is not None:
-            state["residuals"] = fwd(*state["args"])[1]
-        state["fresh"] = False
-        tangents = bwd(state["residuals"], dy)
-        if isinstance(spec.target, rules.Rule):
-            for k, (a, t) in enumerate(zip(args, tangents)):
-                _check_tangent(f"{spec.target!r}", f"tangent {k}", a, t)
-        return tangents[:given]     # one per argument passed (defaults are not)
-    pb.__qualname__ = name
-    return y, pb
-
-
-def _copied(args):
-    """A deep copy of ``args`` that shares the functions among them (passed as values)."""
-    return copy.deepcopy(args, {id(a): a for a in args if callable(a)})
-
-
-def _frozen_forward(spec, args):
-    """The forward kernel as compiled now for ``args`` (the world the pullback was made in, as
-    _frozen_pullback), or its dispatcher where that compiled version is not found."""
-    try:
-        entry = spec.fwd.overloads.get(tuple(numba.typeof(a) for a in args))
-    except (ValueError, TypeError):
-        entry = None
-    return entry.entry_point if entry is not None else spec.fwd
-
-
-def _frozen_pullback(spec, residuals, y):
-    """The pullback kernel as compiled now, for the cotangent ``_cotangent`` makes of any ``dy``.
-
-    A pullback runs in the world it was made in (Julia's world age): a method or rule added
-    later recompiles what depends on it, but this ``pb`` keeps the code its forward ran with,
-    and calling it never compiles anything. Where the cotangent's type has no compiled version
-    (a result of no float kind), the kernel is called through its dispatcher while it is current.
-    """
-    try:
-        ty = numba.typeof(y)
-        sig = (numba.typeof(residuals), kernels.tangent_type(ty))
-    except ValueError:
-        return spec.bwd
-    if not kinds.differentiable(ty):
-        return spec.bwd
-    spec.bwd.compile(sig)
-    return spec.bwd.overloads[sig].entry_point
-
-
-def _cotangent(name, y, dy, where="the cotangent"):
-    """``dy`` checked against the result ``y`` it is the cotangent of (and converted to y's
-    float type); ValueError naming the pullback otherwise."""
-    def refuse(expected):
-        raise ValueError(f"{name}: {where} must be {expected}, like the result, not "
-                         f"{_describe(dy)}")
-    if isinstance(y, np.ndarray):
-        if not isinstance(dy, np.ndarray) or dy.shape != y.shape or dy.dtype.kind not in "fiu":
-            refuse(f"an array of shape {y.shape}")
-        # the result's own type (dtype, layout): the pullback was compiled for it
-        if y.flags.f_contiguous and not y.flags.c_contiguous:
-            return np.asfortranarray(dy, dtype=y.dtype)
-        return np.ascontiguousarray(dy, dtype=y.dtype)
-    if isinstance(y, (float, np.floating)):
-        if isinstance(dy, (bool, np.bool_)) or not isinstance(dy, (int, float, np.integer,
-                                                                   np.floating)):
-            refuse("a real number")
-        return np.float32(dy) if isinstance(y, np.float32) else float(dy)
-    if isinstance(y, tuple):
-        kind = Tangent[type(y)] if isstruct(type(y)) else tuple
-        if not isinstance(dy, tuple) or len(dy) != len(y) or (
-                kind is not tuple and type(dy) is not kind):
-            refuse(f"a {kind.__qualname__} of {len(y)} entries")
-        parts = [_cotangent(name, a, b, f"{where}[{k}]") for k, (a, b) in enumerate(zip(y, dy))]
-        return tuple(parts) if kind is tuple else kind(*parts)
-    if dy is not None and not isinstance(dy, (int, float, np.integer, np.floating)):
-        refuse("None (the result carries no tangent)")
-    return None
-
-
-def _check_tangent(rule, what, arg, t):
-    """A rule's tangent ``t`` for argument ``arg``: arrays of the argument's shape."""
-    if t is None:
-        return
-    if isinstance(arg, np.ndarray):
-        if not isinstance(t, np.ndarray) or t.shape != arg.shape:
-            raise RuleError(f"{rule}: {what} is {_describe(t)}, but the argument is an array "
-                            f"of shape {arg.shape}")
-    elif isinstance(arg, tuple) and isinstance(t, tuple):
-        for k, (a, b) in enumerate(zip(arg, t)):
-            _check_tangent(rule, f"{what}[{k}]", a, b)
-
-
-def _describe(v):
-    if isinstance(v, np.ndarray):
-        return f"a {v.dtype} array of shape {v.shape}"
-    return f"{type(v).__name__} {v!r:.60}"
-
-
-def code(f, *args, kind="forward"):
-    """The generated source of ``f``'s kernels at the types of ``args``. ``f`` may also be an
-    ``nr.grad`` / ``nr.value_and_grad`` object: its function's kernels for its ``argnums``, or
-    an ``nr.hvp`` object (``args`` then end with the direction): the kernels of the gradient of
-    the directional derivative, whose "primal" is ``f``'s tangent kernel.
-
-    ``kind``: "forward" (primal plus saves), "pullback" (the reverse sweep), "vjp" (both fused),
-    "primal" (the normalised primal the two are built from), "jvp" (forward mode's tangent
-    kernel, tangents for every float argument), or "driver" (the vjp as the gradient Python
-    calls runs it: a prange loop's chunk loops as functions of their own, compiled with
-    ``parallel=True``, after it; ad/outline.py).
-    """
-    kinds_ = ("forward", "pullback", "vjp", "primal", "jvp", "driver")
-    if kind not in kinds_:
-        raise ValueError(f"kind must be one of {sorted(kinds_)}, not {kind!r}")
-    from . import higher
-    if isinstance(f, higher.Hvp):
-        # nr.hvp(f): the kernels of the gradient of f's directional derivative
-        f, args = f.gradient(args)
-    if kind == "jvp":
-        from . import tangent_kernels
-        g = f.f if isinstance(f, Gradient) else f
-        args = _positional(g, args, "code")
-        argtypes = tuple(numba.typeof(a) for a in args)
-        target, _ = targets.target_for(g, argtypes)
-        mask = tuple(kinds.differentiable(t) for t in argtypes)
-        targets.check_arguments(g, argtypes, mask)
-        return tangent_kernels.specialize(target, argtypes, mask).source
-    spec = spec_for_call(f, args, caller="code")
-    if kind == "driver":
-        # nr.grad's own kernel returns no value where a loop runs for the value alone
-        alone = isinstance(f, Gradient) and not f.with_value and spec.kernels.value_loop
-        return _driver_source(spec, value=not alone)
-    sources = {"forward": spec.kernels.forward, "pullback": spec.kernels.pullback,
-               "vjp": spec.kernels.vjp, "primal": spec.primal_source}
-    return sources[kind]
-
-
-def _driver_source(spec, value=True):
-    """The vjp with the body the gradient's driver runs (``Kernels.whole_body``: a parallel
-    loop's chunk loops outlined), followed by the chunk functions; the vjp itself where the
-    driver calls the kernels instead. ``value=False``: nr.grad's kernel of its own, which
-    returns the gradient alone (``Kernels.value_loop``)."""
-    k = spec.kernels
-    if not k.whole_body:
-        return k.vjp
-    params = ", ".join(list(spec.fn.params) + ["_dout"])
-    tangents = "".join(t + ", " for t in k.whole_tangents)
-    ret = (f"    return ({k.whole_value}, {tangents})\n" if value else
-           f"    # no value returned: LLVM deletes the loop that computes it alone\n"
-           f"    return ({tangents})\n")
-    text = (f"def driver_{spec.name}({params}):\n" + "".join(line + "\n" for line in k.whole_body)
-            + ret)
-    return text + "".join(f"\n\n{src}" for _, src in k.chunks)
-
-
-def _nbytes(v, seen):
-    """Bytes a residual holds: a rule's or callee's kept residuals are tuples; the arrays a
-    rebinding dropped are on lists (each array counted once: a swap puts the same two on them
-    again and again)."""
-    if isinstance(v, np.ndarray):
-        key = (v.__array_interface__["data"][0], v.nbytes)
-        if key in seen:
-            return 0
-        seen.add(key)
-        return v.nbytes
-    if isinstance(v, (tuple, numba.typed.List)):
-        return sum(_nbytes(x, seen) for x in v)
-    return 8
-
-
-def ad_stats(f, *args, argnums=None):
-    """What the reverse pass of ``nr.grad(f)`` at these arguments saves.
-
-    ``tape_bytes``: bytes pushed on the tapes; ``residual_bytes``: tapes plus the arrays and
-    scalars handed to the pullback (arrays that are inputs count too); ``fused``: whether the
-    gradient runs as one fused pass (a reduction loop: nothing is saved, or at most one
-    iteration's tape, reused by every iteration; both count as 0). Runs the forward kernel once.
-    """
-    spec = spec_for_call(f, args, argnums)
-    _, residuals = spec.fwd(*args)
-    names = spec.kernels.residuals
-    values = dict(zip(names, residuals))
-    tape = sum(int(values[f"_k_{k}"]) * values[f"_tape_{k}"].itemsize for k in spec.kernels.tape_keys)
-    seen = set()
-    total = sum(_nbytes(v, seen) for n, v in values.items() if not n.startswith("_tape_"))
-    if spec.kernels.fused:
-        # grad and value_and_grad run the fused vjp: one pass, at most one iteration saved.
-        tape = total = 0
-    return {"tape_bytes": tape, "residual_bytes": total + tape, "residuals": names,
-            "fused": spec.kernels.fused}

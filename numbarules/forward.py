@@ -12,7 +12,7 @@ import numbers
 import numba
 import numpy as np
 
-from . import api, function_values, registry, tangent_kernels, targets
+from . import api, function_values, pullbacks, registry, tangent_kernels, targets
 from .ad import kinds
 from .dispatch import GenericFunction
 from .structs import Tangent, isstruct
@@ -53,7 +53,7 @@ class Jvp:
             if not isinstance(tangent, tuple) or len(tangent) != len(nums):
                 raise ValueError(f"{self.__qualname__}: argnums is {self.argnums!r}, so the "
                                  f"tangent must be a tuple of {len(nums)} tangents, one per "
-                                 f"differentiated argument, not {api._describe(tangent)}")
+                                 f"differentiated argument, not {pullbacks.describe(tangent)}")
             tangents = tangent
         spec = self._entry(primal, nums)
         given = [None] * len(primal)
@@ -101,7 +101,7 @@ def _tangent(name, what, arg, t, copy=False):
     """``t`` checked against the argument ``arg`` it is a tangent of, converted to its kind."""
     def refuse(expected):
         raise ValueError(f"{name}: {what} must be {expected}, like the argument, not "
-                         f"{api._describe(t)}")
+                         f"{pullbacks.describe(t)}")
     if isinstance(arg, np.ndarray):
         if arg.dtype.kind != "f":
             return None

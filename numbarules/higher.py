@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from . import api, registry, tangent_kernels, targets
+from . import api, pullbacks, registry, tangent_kernels, targets
 from .ad import kinds
 from .errors import DifferentiationError
 
@@ -211,7 +211,7 @@ def jacobian(f, argnums=0):
                 flat[:, j] = np.ravel(forward(*args, tangent)[1])
                 e[j] = 0.0
         else:
-            _, pb = api.pullback(f, *args)
+            _, pb = pullbacks.pullback(f, *args)
             e = np.zeros(m)
             for i in range(m):
                 e[i] = 1.0

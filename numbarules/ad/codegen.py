@@ -79,7 +79,7 @@ class Kernels:
     whole_value: str = "_y"    # the value it returns
     changes_residuals: bool = False  # the pullback restores saved arrays or pops saved lists
                                # (or calls a callee's pullback on kept residuals): it can run
-                               # once on its residuals (api.pullback runs the forward again)
+                               # once on its residuals (pullbacks.pullback runs the forward again)
     parallel: bool = False     # the vjp has a prange loop's chunks (ad/parallel.py): the
                                # driver Python calls runs them on threads
     chunks: tuple = ()         # (name, source) of each chunk loop of whole_body as a function
