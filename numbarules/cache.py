@@ -31,7 +31,7 @@ import collections
 import warnings
 import weakref
 
-from . import diskcache, numba_glue, profile, registry, rules
+from . import diskcache, fingerprints, numba_glue, profile, registry, rules
 from .dispatch import GenericFunction
 from .errors import DispatchError, RuleError
 from .lattice import from_numba
@@ -381,8 +381,8 @@ def _portable_decisions(node):
         seen.add(id(n))
         stack.extend(n.callees)
         for f, _, kind, outcome, argtypes in n.decisions:
-            name = diskcache.ref(f)
-            digest = diskcache.fingerprint(outcome)
+            name = fingerprints.ref(f)
+            digest = fingerprints.fingerprint(outcome)
             if name is None or argtypes is None or digest is None:
                 return None
             out.add((name, argtypes, kind, digest))
@@ -394,12 +394,12 @@ def _still_valid(meta, adopted):
     adopted.clear()
     for name, argtypes, kind, expected in meta["decisions"]:
         try:
-            f = diskcache.resolve_ref(name)
+            f = fingerprints.resolve_ref(name)
         except LookupError:
             return False
         sig = tuple(from_numba(a) for a in argtypes)
         outcome = _outcome(f, sig, kind)
-        digest = diskcache.fingerprint(outcome)
+        digest = fingerprints.fingerprint(outcome)
         if digest is None or digest != expected:
             return False
         adopted.append((f, sig, kind, outcome, argtypes))

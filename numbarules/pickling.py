@@ -12,7 +12,7 @@ a token it has seen gets the object it already has, with the methods and rules t
 added (a method defined on the client after the first submission reaches the workers, and only
 what it changes is recompiled, through the usual backedges). A generic function importable in
 the receiving process by module and name is that module's object. Objects compare by the
-fingerprint of their Python code (``diskcache.fingerprint``), so sending the same function again
+fingerprint of their Python code (``fingerprints.fingerprint``), so sending the same function again
 (cloudpickle copies a notebook's functions anew each time) reuses what was compiled.
 
 Source. The AD frontend reads a function's source (``inspect.getsource``). A function defined in a
@@ -59,9 +59,9 @@ def same_code(a, b):
         return True
     if a is None or b is None:
         return False
-    from . import diskcache
-    fa = diskcache.fingerprint(a)
-    return fa is not None and fa == diskcache.fingerprint(b)
+    from . import fingerprints
+    fa = fingerprints.fingerprint(a)
+    return fa is not None and fa == fingerprints.fingerprint(b)
 
 
 # --- source lines ------------------------------------------------------------------------------
@@ -132,12 +132,12 @@ def register_sources(files, funcs=(), generics=()):
         if linecache.getlines(name) != lines:
             # mtime None: linecache.checkcache leaves the entry alone (it cannot stat the file)
             linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
-    from . import diskcache
+    from . import fingerprints
     for fn, name in funcs:
         if fn.__code__.co_filename != name:
             fn.__code__ = _renamed(fn.__code__, name)
-        if diskcache.ref(fn) is None:
-            diskcache.name_arrival(fn)
+        if fingerprints.ref(fn) is None:
+            fingerprints.name_arrival(fn)
     return Sources(files, funcs, generics)
 
 
@@ -204,17 +204,17 @@ def _portable(func, f, kind, signature, cloud):
             or _importable(f.__module__, f.__qualname__, main=True) is not f \
             or func.__module__ != f.__module__:
         return func
-    from . import diskcache
-    return _Defined(f.__module__, f.__qualname__, kind, signature, diskcache.fingerprint(func))
+    from . import fingerprints
+    return _Defined(f.__module__, f.__qualname__, kind, signature, fingerprints.fingerprint(func))
 
 
 def checked(func, digest, what):
     """``func``, when its fingerprint here is ``digest`` (the sender's); else an error: the
     receiver would compute with other code than the sender differentiated (its copy of the
     module was edited, or the sender changed a global of it after importing it)."""
-    from . import diskcache
+    from . import fingerprints
     from .errors import NumbarulesError
-    if digest is not None and diskcache.fingerprint(func) != digest:
+    if digest is not None and fingerprints.fingerprint(func) != digest:
         raise NumbarulesError(
             f"{what} ({func.__module__}) is not, in this process, the code the sending process "
             f"has: the module differs here (edited since, or a global of it changed in the "
@@ -282,9 +282,9 @@ def generic_shell(tok, module, qualname, name, doc, by_name=False):
         if isinstance(found, GenericFunction):
             f = found
         else:
-            from . import diskcache
+            from . import fingerprints
             f = GenericFunction.blank(name, qualname, module, doc)
-            diskcache.name_arrival(f)
+            fingerprints.name_arrival(f)
         _adopt(f, tok)
     return f
 
@@ -328,10 +328,10 @@ def jit_function(sources, tok, func, options, digest=None):
     disp = _LIVE.get(tok)
     if disp is not None and same_code(getattr(disp, "_nr_source", None), func):
         return disp
-    from . import diskcache
+    from . import fingerprints
     disp = methods.jit(func, **options)
-    if diskcache.ref(disp) is None:
-        diskcache.name_arrival(disp)
+    if fingerprints.ref(disp) is None:
+        fingerprints.name_arrival(disp)
     return _adopt(disp, tok)
 
 
@@ -340,8 +340,8 @@ def _named_digest(func, cloud):
     else None."""
     if not inspect.isfunction(func) or _travels_by_value(func, cloud):
         return None
-    from . import diskcache
-    return diskcache.fingerprint(func)
+    from . import fingerprints
+    return fingerprints.fingerprint(func)
 
 
 class Refused:

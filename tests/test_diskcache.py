@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from numbarules import cli, diskcache
+from numbarules import cli, fingerprints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -241,16 +241,16 @@ def test_cache_command_line(project, monkeypatch):
 def test_fingerprint_sees_code_constants_and_callees_not_line_numbers():
     ns = {}
     exec("K = 2.0\ndef helper(x):\n    return K * x\ndef f(x):\n    return helper(x) + 1\n", ns)
-    base = diskcache.fingerprint(ns["f"])
+    base = fingerprints.fingerprint(ns["f"])
     moved = {}
     exec("\n\n\nK = 2.0\ndef helper(x):\n    return K * x\n\n\ndef f(x):\n    return helper(x) + 1\n",
          moved)
-    assert diskcache.fingerprint(moved["f"]) == base
+    assert fingerprints.fingerprint(moved["f"]) == base
     ns["K"] = 3.0
-    assert diskcache.fingerprint(ns["f"]) != base          # a global read by a callee
+    assert fingerprints.fingerprint(ns["f"]) != base          # a global read by a callee
     ns["K"] = 2.0
     exec("def helper(x):\n    return K * x * 1.0\n", ns)
-    assert diskcache.fingerprint(ns["f"]) != base          # the callee's code
+    assert fingerprints.fingerprint(ns["f"]) != base          # the callee's code
 
 
 def test_bench_command_runs_every_script_and_reports_failures(tmp_path, monkeypatch):
@@ -550,19 +550,19 @@ def test_fingerprint_follows_attribute_chains_and_refuses_opaque_values():
             return m.K * x
     '''), ns)
     names = ("attr", "alias", "chain", "obj", "arr", "closure", "default")
-    base = {n: diskcache.fingerprint(ns[n]) for n in names}
+    base = {n: fingerprints.fingerprint(ns[n]) for n in names}
     assert None not in base.values()
-    assert diskcache.fingerprint(ns["whole"]) is None     # an object compiled code holds whole
+    assert fingerprints.fingerprint(ns["whole"]) is None     # an object compiled code holds whole
     cfg.K = 3.0
-    changed = {n for n in names if diskcache.fingerprint(ns[n]) != base[n]}
+    changed = {n for n in names if fingerprints.fingerprint(ns[n]) != base[n]}
     assert changed == {"attr", "alias", "closure", "default"}
     for edit, who in ((lambda: setattr(cfg.sub, "K", 2.0), "chain"),
                       (lambda: setattr(Params, "K", 2.0), "chain"),
                       (lambda: setattr(cfg.box, "k", 2.0), "obj"),
                       (lambda: cfg.W.__setitem__(0, 1.0), "arr")):
-        before = diskcache.fingerprint(ns[who])
+        before = fingerprints.fingerprint(ns[who])
         edit()
-        assert diskcache.fingerprint(ns[who]) != before, who
+        assert fingerprints.fingerprint(ns[who]) != before, who
 
 
 def test_generated_code_is_fingerprinted_by_values_not_by_counter_names():
@@ -577,9 +577,9 @@ def test_generated_code_is_fingerprinted_by_values_not_by_counter_names():
     def other(x):
         return x + 2.0
 
-    a = diskcache.fingerprint(kernel("fwd_g_1", 1, helper))
-    assert a == diskcache.fingerprint(kernel("fwd_g_12", 7, helper))
-    assert a != diskcache.fingerprint(kernel("fwd_g_1", 1, other))
+    a = fingerprints.fingerprint(kernel("fwd_g_1", 1, helper))
+    assert a == fingerprints.fingerprint(kernel("fwd_g_12", 7, helper))
+    assert a != fingerprints.fingerprint(kernel("fwd_g_1", 1, other))
 
 
 UNNAMED = '''
@@ -709,10 +709,9 @@ def test_code_compiled_after_a_recursive_function_was_loaded_can_call_it(tmp_pat
 def test_every_helper_generated_code_calls_can_be_fingerprinted():
     # A helper whose fingerprint is None makes every kernel that calls it unstorable, silently:
     # each process compiles it again (the gather's _apart once held an llvmlite constant)
-    from numbarules import diskcache
     from numbarules.ad import runtime
     for name, value in runtime.HELPERS.items():
-        assert diskcache.fingerprint(value) is not None, name
+        assert fingerprints.fingerprint(value) is not None, name
 
 
 PRANGE_MODULE = '''
