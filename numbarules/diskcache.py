@@ -9,8 +9,9 @@ options, and the fingerprint of the Python code it starts from and of the functi
 default values, closure cells and the values of the globals it reads, the values at the end of
 every attribute chain it reads from them (``cfg.K``, ``cfg.sub.Params.K``), recursively through
 the plain and ``@njit`` functions it reaches: everything Numba or the AD frontend may freeze into
-compiled code (fingerprints.py). A value that cannot be fingerprinted soundly (an arbitrary object compiled code
-holds whole) gives no key: that code is compiled in every process, never stored.
+compiled code (fingerprints.py). A value that cannot be fingerprinted soundly (an arbitrary
+object compiled code holds whole) gives no key: that code is compiled in every process, never
+stored.
 
 What is only known after the compile (which method each generic call picked, which rule each
 differentiated call used, with the fingerprints of those methods and rules) is stored in the
