@@ -236,3 +236,8 @@ def describe(r):
 
 def _indent(text):
     return "\n".join("    " + line for line in text.rstrip().splitlines())
+
+
+def _first_line(exc):
+    text = f"{type(exc).__name__}: {exc}"
+    return text

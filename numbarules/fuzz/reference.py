@@ -6,7 +6,9 @@ addressed by paths: ``leaves`` lists them, ``get_leaf`` and ``with_leaf`` read a
 Every Python run is traced (``sys.settrace``): the lines it executes and the largest float its
 frames hold. ``finite_differences`` gives None for a non-finite or huge value, and marks a
 coordinate unstable where differences with steps h and 2h and the one-sided ones disagree or
-x +- h runs other lines than x (check.py then re-draws the point).
+x +- h runs other lines than x (check.py then re-draws the point). The tolerances of every
+comparison with the reference, and the check that a path left its arguments as they were, are
+here too.
 """
 
 import math
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 RTOL, ATOL = 1e-5, 1e-6          # against finite differences; atol scaled by max(1, |f|)
+AD_RTOL, AD_ATOL = 1e-8, 1e-10   # the AD paths against each other (grad, pullback, ...)
+VALUE_RTOL = 1e-9                # a kernel's value against the Python value
 _STEP = float(np.finfo(np.float64).eps) ** (1.0 / 3.0)
 
 
@@ -191,3 +195,27 @@ def finite_differences(f, args, diff_args, files):
                 continue
             grads[(i, path)] = c1
     return _FD(y0, grads, unstable)
+
+
+# --- comparing a result with the reference -------------------------------------------------------
+
+class _ArgWritten(Exception):
+    pass
+
+
+def _same_args(prog, attempt, args, what):
+    ref = prog.args(attempt)
+    for a, b, spec in zip(args, ref, prog.args_spec):
+        for path in leaves(b):
+            if get_leaf(a, path) != get_leaf(b, path):
+                raise _ArgWritten(f"{what} wrote into argument {spec.name}")
+
+
+def _close(a, b, rtol, atol):
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return False
+    if math.isnan(a) or math.isnan(b):
+        return False
+    return abs(a - b) <= atol + rtol * max(abs(a), abs(b))

@@ -15,11 +15,11 @@ import select
 import tempfile
 import time
 
-from .check import (AD_ATOL, AD_RTOL, MAX_ATTEMPTS, VALUE_RTOL, _rmtree, check_program,
-                    numba_primal)
+from .check import MAX_ATTEMPTS, _rmtree, check_program, numba_primal
 from .generator import FEATURES, generate
 from .outcomes import OUTCOMES, Result, Summary, describe, refusal_class, signature
-from .reference import ATOL, BIG, RTOL, finite_differences, get_leaf, leaves, with_leaf
+from .reference import (AD_ATOL, AD_RTOL, ATOL, BIG, RTOL, VALUE_RTOL, finite_differences,
+                        get_leaf, leaves, with_leaf)
 from .workers import _Worker, worker_main
 
 __all__ = ["AD_ATOL", "AD_RTOL", "ATOL", "BIG", "MAX_ATTEMPTS", "OUTCOMES", "RTOL", "VALUE_RTOL",

@@ -17,9 +17,8 @@ import sys
 import time
 import traceback
 
-from .check import _first_line
 from .generator import generate
-from .outcomes import Result
+from .outcomes import Result, _first_line
 
 
 def worker_main():
