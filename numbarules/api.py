@@ -142,12 +142,7 @@ class Gradient:
             if found is not None and found[1].alive:
                 return found[0]
         given = numba_glue.given_types(argtypes)     # an omitted argument: its default's type
-        nums = _argnums(self.argnums, len(argtypes))
-        mask = tuple(i in nums for i in range(len(argtypes)))
-        targets.check_arguments(self.f, given, mask)
-        target, decisions = targets.target_for(self.f, given)
-        spec = kernels.specialize(target, given, mask, self.flags)
-        kernels.check_differentiable_output(spec)
+        spec, nums, decisions = kernels.gradient_spec(self.f, given, self.argnums, self.flags)
         with_value = self.with_value
         if entry:
             # one entry driver per specialization and kind: nr.grad(f) objects made again (or a
@@ -307,14 +302,6 @@ def _argument_error(grad, args):
     return None
 
 
-def _argnums(argnums, n):
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    for a in nums:
-        if not -n <= a < n:
-            raise TypeError(f"argnums {argnums!r} out of range for a call with {n} arguments")
-    return tuple(a % n for a in nums)
-
-
 def _arities(f):
     if getattr(f, "_nr_gradient_of", None) is not None:
         return _arities(f._nr_gradient_of)
@@ -402,7 +389,7 @@ def spec_for_call(f, args, argnums=None, flags=None, caller="pullback"):
         targets.check_arguments(f, argtypes, tuple(not kinds.is_function(t) for t in argtypes))
         mask = tuple(kinds.differentiable(t) for t in argtypes)
     else:
-        nums = _argnums(argnums, len(args))
+        nums = kernels.positions(argnums, len(args))
         mask = tuple(i in nums for i in range(len(args)))
         targets.check_arguments(f, argtypes, mask)
     return kernels.specialize(target, argtypes, mask, flags)

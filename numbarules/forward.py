@@ -12,7 +12,7 @@ import numbers
 import numba
 import numpy as np
 
-from . import api, function_values, pullbacks, registry, tangent_kernels, targets
+from . import api, function_values, kernels, pullbacks, registry, tangent_kernels, targets
 from .ad import kinds
 from .dispatch import GenericFunction
 from .structs import Tangent, isstruct
@@ -46,7 +46,7 @@ class Jvp:
             primal = api._positional(self.f, tuple(primal), "jvp")
         else:
             primal = function_values.arguments(tuple(primal))
-        nums = api._argnums(self.argnums, len(primal))
+        nums = kernels.positions(self.argnums, len(primal))
         if isinstance(self.argnums, int):
             tangents = (tangent,)
         else:

@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from . import api, pullbacks, registry, tangent_kernels, targets
+from . import api, kernels, pullbacks, registry, tangent_kernels, targets
 from .ad import kinds
 from .errors import DifferentiationError
 
@@ -110,7 +110,7 @@ class Hvp:
             raise TypeError(f"{self.__qualname__} takes the arguments, then the direction")
         *primal, v = args
         primal = api._positional(self.f, tuple(primal), "hvp")
-        nums = api._argnums(self.argnums, len(primal))
+        nums = kernels.positions(self.argnums, len(primal))
         spec = self.jvp._entry(primal, nums)
         if not kinds.is_float(spec.return_type):
             raise TypeError(f"{self.__qualname__}: {getattr(self.f, '__name__', 'f')} returns "

@@ -552,6 +552,30 @@ def _at(spec, stmt, exc):
     return exc
 
 
+def positions(argnums, n):
+    """The argument positions ``argnums`` (an int or a tuple of ints, negative from the end)
+    names in a call with ``n`` arguments; TypeError where one is out of range."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for a in nums:
+        if not -n <= a < n:
+            raise TypeError(f"argnums {argnums!r} out of range for a call with {n} arguments")
+    return tuple(a % n for a in nums)
+
+
+def gradient_spec(f, argtypes, argnums, flags=compile_flags.DEFAULT):
+    """``(spec, positions, decisions)``: the AD specialization a gradient of ``f`` with respect
+    to ``argnums`` runs at ``argtypes``, for the CPU's gradient objects (api.Gradient) and the
+    device's (cuda/gradients.py) alike. Refused, naming ``f``: a differentiated argument that
+    can have no tangent, a result that is not a float."""
+    nums = positions(argnums, len(argtypes))
+    mask = tuple(i in nums for i in range(len(argtypes)))
+    targets.check_arguments(f, argtypes, mask)
+    target, decisions = targets.target_for(f, argtypes)
+    spec = specialize(target, argtypes, mask, flags)
+    check_differentiable_output(spec)
+    return spec, nums, decisions
+
+
 def check_differentiable_output(spec):
     t = spec.return_type
     if not kinds.is_float(t):

@@ -14,7 +14,7 @@ that changes a decision drops it with the CPU kernels.
 
 from numba.core import types as nbt
 
-from .. import api, forward, higher
+from .. import api, forward, higher, kernels, targets
 from ..ad import kinds
 from ..errors import UnsupportedSyntaxError
 from . import glue, methods
@@ -43,7 +43,7 @@ def _split(obj, argtypes):
     if not argtypes:
         raise UnsupportedSyntaxError(f"{obj.__qualname__} takes the arguments, then the tangent")
     primal, last = argtypes[:-1], argtypes[-1]
-    nums = api._argnums(obj.argnums, len(primal))
+    nums = kernels.positions(obj.argnums, len(primal))
     given = (last,) if isinstance(obj.argnums, int) else tuple(last) \
         if isinstance(last, nbt.BaseTuple) else None
     if given is None or len(given) != len(nums):
@@ -105,7 +105,7 @@ def _jvp_driver(j, spec, n, nums):
     src = (f"def {j.__name__}({', '.join(params + ['t'])}):\n"
            f"    return _k({', '.join(params + _tangent_args(j, nums))})\n")
     ns = {"_k": methods.helper(spec.py_func)}
-    exec(compile(src, f"<numbarules device {j.__qualname__}>", "exec"), ns)  # noqa: S102
+    targets.exec_source(src, ns, f"device {j.__qualname__}")
     return ns[j.__name__]
 
 
@@ -121,5 +121,5 @@ def _hvp_driver(h, spec, n, nums):
     src = (f"def {h.__name__}({', '.join(params + ['t'])}):\n"
            f"    return _g({', '.join(params + tangents)})\n")
     ns = {"_g": g}
-    exec(compile(src, f"<numbarules device {h.__qualname__}>", "exec"), ns)  # noqa: S102
+    targets.exec_source(src, ns, f"device {h.__qualname__}")
     return ns[h.__name__]

@@ -12,8 +12,6 @@ Callees are differentiated the same way (checkpointed: the reverse sweep calls t
 device vjp on its saved inputs); a rule's forward and pullback are compiled for the device.
 """
 
-import linecache
-
 import numpy as np
 
 from .. import api, kernels, numba_glue, registry, rules, targets
@@ -39,9 +37,7 @@ def device_vjp(spec, tape):
     else:
         source, ns = _derived_source(spec, tape)
     name = f"vjp_{spec.name}"
-    filename = f"<numbarules device vjp:{spec.name}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), ns)  # noqa: S102 - our own generated source
+    targets.exec_source(source, ns, f"device vjp:{spec.name}")
     disp = glue.device_jit(ns[name])
     argtypes = tuple(spec.argtypes) + (spec.return_type,)
 
@@ -153,14 +149,12 @@ def _rule_source(spec):
 # --- gradient objects -------------------------------------------------------------------------
 
 def prepare_gradient(g, argtypes):
-    """(spec, argument positions) of gradient object ``g`` at ``argtypes`` (CPU engine)."""
-    argtypes = tuple(argtypes)
-    nums = api._argnums(g.argnums, len(argtypes))
-    mask = tuple(i in nums for i in range(len(argtypes)))
+    """(spec, argument positions) of gradient object ``g`` at ``argtypes``: the CPU's
+    specialization (kernels.gradient_spec), whose kernels device.py writes again as one device
+    function. Its compile flags are the CPU's: ``boundscheck`` and ``fastmath`` do not apply to
+    device code (the specialization is the one of the default flags)."""
     with glue.cpu_compiles():
-        target, _ = targets.target_for(g.f, argtypes)
-        spec = kernels.specialize(target, argtypes, mask)
-    kernels.check_differentiable_output(spec)
+        spec, nums, _ = kernels.gradient_spec(g.f, tuple(argtypes), g.argnums)
     return spec, nums
 
 
@@ -181,7 +175,7 @@ def driver(g, argtypes):
            f"    _r = _vjp({params}{', ' if params else ''}_seed)\n"
            f"    return {result}\n")
     ns = {"_vjp": vjp, "_seed": api._one(spec.return_type)}
-    exec(compile(src, f"<numbarules device {g.__qualname__}>", "exec"), ns)  # noqa: S102
+    targets.exec_source(src, ns, f"device {g.__qualname__}")
     return ns[g.__name__]
 
 

@@ -8,7 +8,7 @@ the NaN gradients those threads computed.
 
 import numpy as np
 
-from .. import api, registry
+from .. import api, registry, targets
 from ..errors import DifferentiationError
 from . import glue, gradients, methods
 
@@ -95,7 +95,7 @@ class MapGrad:
             def build():
                 ns = {"_vjp": gradients.device_vjp(spec, self.tape), "_cuda": glue.cuda,
                       "_seed": api._one(spec.return_type)}
-                exec(compile(source, "<numbarules map_grad kernel>", "exec"), ns)  # noqa: S102
+                targets.exec_source(source, ns, "map_grad kernel")
                 return glue.cuda.jit(ns["map_grad_kernel"])
 
             kernel, node = methods.compile_recorded(
