@@ -261,6 +261,23 @@ def test_array_arguments_are_refused_in_device_gradients():
     assert "per-thread scalar code" in str(info.value) and "norm2" in str(info.value)
 
 
+def test_an_argument_with_no_tangent_is_refused_by_name_in_device_gradients():
+    # the device door shares the CPU's argument check (kernels.gradient_spec): a complex
+    # argument has no tangent, and its gradient is refused with the CPU's error, naming the
+    # function and the argument
+    def mag(z, s):
+        return s * z.real
+
+    g = nr.grad(mag, argnums=(0, 1))
+
+    def kernel(out, z, s):
+        out[0] = g(z[0], s)[1]
+
+    with pytest.raises(nr.DifferentiationError) as info:
+        ptx_of(kernel, (types.float64[::1], types.complex128[::1], types.float64))
+    assert "mag" in str(info.value) and "argument 0" in str(info.value)
+
+
 def test_plain_nr_grad_objects_are_callable_in_kernels():
     g = nr.grad(two_args_local, argnums=(0, 1))
 
