@@ -142,13 +142,9 @@ def plan(fn, types, mask, classify):
     values = _needed(stmts, active, recompute, callee_reads,
                      tests | result_reads | (always_read - shape_reads), quotients)
     values |= {n for group in recompute.values() for r in group for n in _reads(r.expr)}
-    # (an array stored into a slice: its store's reverse reads its shape, _ub(d_u[...], w))
-    readers = [(r, names - {r.value.id} if isinstance(r, ir.Store)
-                and isinstance(r.value, ir.Name) else names)
-               for r, names in _value_readers(
-                   stmts, lambda s: _rev_reads(s, active, callee_reads, quotients), recompute,
-                   {v: x for v, x in lazy.items() if v in values}, active, tests, result_reads,
-                   references=False)]
+    readers = _value_readers(stmts, lambda s: _rev_reads(s, active, callee_reads, quotients),
+                             recompute, {v: x for v, x in lazy.items() if v in values}, active,
+                             tests, result_reads, rebinding=True)
     shape_only = _shape_only(fn, stmts, types, pushes, values, readers, rebound, view_of)
     rev = lambda s: _rev_reads(s, active, callee_reads, quotients)   # noqa: E731
     snapshots, snapshot_stores = _snapshots(

@@ -135,18 +135,23 @@ def _pushes(fn, stmts, sites, needed, recompute, in_loop, alias, types, rev_read
 
 
 def _value_readers(stmts, rev_reads, recompute, lazy, active, tests, result_reads,
-                   references=True):
+                   rebinding=False):
     """(statement, names): the statements whose reverse reads the values (not just the
     shapes) of these names: adjoints, a callee's or rule's pullback (which may keep references
-    to its array arguments: a store into one changes what they read; not with ``references``
-    false, for rebindings, which change no array), recomputed statements, views taken again,
-    checkpointed loops' steps, loop bounds, branch tests."""
+    to its array arguments: a store into one changes what they read), recomputed statements,
+    views taken again, checkpointed loops' steps, loop bounds, branch tests, the value a store
+    writes.
+
+    ``rebinding``: the question a rebinding asks (may the array it drops be kept as its shape
+    alone, ``analysis._shape_only``), which no store changes: a pullback's references do not
+    count, nor an array stored into a slice (its store's reverse reads its shape,
+    ``_ub(d_u[...], w)``)."""
     out = []
     for s in stmts:
         if isinstance(s, ir.Assign):
             names = set(rev_reads(s))
             if s.target in lazy or s.target in active and (
-                    isinstance(s.expr, ir.Call) and references
+                    isinstance(s.expr, ir.Call) and not rebinding
                     or isinstance(s.expr, ir.MethodCall)
                     and s.expr.name not in _SHAPE_ONLY_METHODS):
                 names |= set(_reads(s.expr))
@@ -155,7 +160,7 @@ def _value_readers(stmts, rev_reads, recompute, lazy, active, tests, result_read
             out.append((s, names))
         elif isinstance(s, ir.Store):
             names = {a.id for a in ir.index_atoms(s.index) if isinstance(a, ir.Name)}
-            if isinstance(s.value, ir.Name):
+            if isinstance(s.value, ir.Name) and not rebinding:
                 names.add(s.value.id)
             out.append((s, names))
         elif isinstance(s, ir.For):
