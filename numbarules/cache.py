@@ -482,7 +482,9 @@ def clear_cache(f=None, disk=False):
     gradient objects) and everything compiled against it, and let it be freed. Numba keeps the
     code it compiled from a module's globals alive as long as that code may run, and with it
     those globals; this is how a process that differentiates many short-lived functions gives
-    their memory back (all but the ~0.7 MB per compile that Numba's JIT engine keeps).
+    their memory back (all but the ~0.7 MB per compile that Numba's JIT engine keeps). Without
+    ``f`` it also frees the block of the last large array a gradient freed, which the process
+    keeps for the next one (at most one, of at most 512 MB).
     """
     if disk:
         diskcache.clear()
@@ -501,6 +503,8 @@ def clear_cache(f=None, disk=False):
         _counts.clear()
         _by_function.clear()
         _by_owner.clear()
+        # the last large array a gradient freed, kept for the next one (numba_glue.intrinsics)
+        numba_glue.intrinsics.BLOCKS.release()
 
 
 def _owners_of(f):

@@ -403,3 +403,60 @@ def test_arrays_the_reverse_reads_only_the_shapes_of_keep_their_shapes():
     big = np.random.default_rng(4).random((40, 40)) * 0.5
     kept = nr.ad_stats(slices, big, 0.1, 10, argnums=(0, 1))["residual_bytes"]
     assert kept < 5 * 10 * big.nbytes, kept
+
+
+def test_a_large_tape_takes_the_block_the_last_one_freed():
+    """Arrays of 4 MB or more that kernels allocate live in blocks of numbarules' own; freed, a
+    block is kept for the next large array (numba_glue.intrinsics): a tape of a state per step
+    is written into pages written before, not into fresh ones the OS zeroes on every call.
+    The NRT's counts stay balanced, the gradients are the same call after call, and
+    nr.clear_cache() gives the block back."""
+    import numba
+    from numba.core.runtime import rtsys
+    from numbarules.api import spec_for_call
+    from numbarules.numba_glue.intrinsics import BLOCKS
+    from test_rebinding import swap
+
+    u0 = np.random.default_rng(5).random((32, 32)) * 0.5
+    args = (u0, 0.1, 600)                  # 600 states of 8 KB: a 4.9 MB tape
+    g = nr.grad(swap, argnums=(0, 1))
+    spec = spec_for_call(g, args)
+    at = spec.kernels.residuals.index("_tape_f8")
+    _, res = spec.fwd(*args)
+    tape = res[at]
+    assert tape.nbytes >= 1 << 22
+    first = tape.ctypes.data
+    del res, tape
+    assert BLOCKS.spare_bytes() >= 1 << 22
+    _, res = spec.fwd(*args)
+    assert res[at].ctypes.data == first           # the same block again
+    del res
+
+    from numba.core.runtime import _nrt_python as nrt
+    was = nrt.memsys_stats_enabled()
+    nrt.memsys_enable_stats()
+    try:
+        before = rtsys.get_allocation_stats()
+        for _ in range(3):
+            g(*args)                # (the gradients returned, dropped: nothing left alive)
+        after = rtsys.get_allocation_stats()
+    finally:
+        if not was:
+            nrt.memsys_disable_stats()
+    assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free > 0
+    d1, d2 = g(*args), g(*args)
+    np.testing.assert_array_equal(d1[0], d2[0])
+    assert d1[1] == d2[1]
+    primal, h = numba.njit(swap), 1e-6
+    ref_k = (primal(u0, 0.1 + h, 600) - primal(u0, 0.1 - h, 600)) / (2 * h)
+    assert d1[1] == pytest.approx(ref_k, rel=1e-6)
+    for idx in [(3, 4), (16, 16), (30, 1)]:
+        up, down = u0.copy(), u0.copy()
+        up[idx] += h
+        down[idx] -= h
+        ref = (primal(up, 0.1, 600) - primal(down, 0.1, 600)) / (2 * h)
+        assert d1[0][idx] == pytest.approx(ref, rel=1e-5, abs=1e-8)
+
+    nr.clear_cache()
+    assert BLOCKS.spare_bytes() == 0
+    np.testing.assert_array_equal(g(*args)[0], d1[0])

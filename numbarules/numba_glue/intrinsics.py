@@ -8,6 +8,7 @@ Part of the CPU door into ``numba.core`` (the ``numba_glue`` package).
 
 import ctypes
 import sys
+import threading
 
 import llvmlite.binding as llvm_binding
 from llvmlite import ir as llvm_ir
@@ -76,6 +77,162 @@ def _huge_pages(context, builder, data, nbytes):
                           builder.sub(end, start), llvm_ir.IntType(32)(_MADV_HUGEPAGE)])
 
 
+# Large arrays reuse the last large block freed. glibc hands every block of more than 32 MB to
+# the kernel on free and maps a fresh one on the next malloc, whose pages the kernel zeroes as
+# they are first written: a gradient whose tape holds a state per step (reaction-diffusion's
+# swap form: 105 MB) paid that on every call (writing a fresh 105 MB block: 24 ms with huge
+# pages, 90 ms without, against 11 ms into a block written before; docs/numba-internals.md). The
+# kernels' arrays of 4 MB or more therefore live in blocks of our own: freed, a block is kept
+# as the one spare block of the process (the one before it freed), and the next large array
+# that fits takes it back with its pages in place. One block at a time, of at most 512 MB: what
+# the process holds beyond NumPy's and Numba's own is at most the last large array a gradient
+# freed. ``BLOCKS.release`` (``nr.clear_cache``) gives it back. Only arrays of the
+# kernels' own (tapes, adjoints, arena blocks) are allocated this way; nothing else changes.
+_BLOCK_BYTES = 1 << 22
+_SPARE_CAP = 1 << 29
+_TAKE, _GIVE = "numbarules_block_take", "numbarules_block_give"
+_RELEASE, _SPARE_BYTES = "numbarules_release_spare", "numbarules_spare_bytes"
+
+
+def _blocks_module():
+    """The LLVM module of the block functions: ``take(size) -> data`` (the spare block when it
+    holds ``size`` bytes, else a new one; null when malloc fails), ``give(data)`` (the NRT's
+    destructor of such an array: the block becomes the spare one, the spare one before it is
+    freed) and ``release()``. A block is malloc'ed with 80 bytes more than its data: the data
+    starts at the first 64-byte boundary 16 bytes or more in, preceded by its capacity and the
+    address malloc returned. The spare slot is swapped atomically (threads of a parallel
+    gradient free arrays too)."""
+    i8p, i64 = llvm_ir.IntType(8).as_pointer(), llvm_ir.IntType(64)
+    mod = llvm_ir.Module("numbarules_blocks")
+    spare = llvm_ir.GlobalVariable(mod, i8p, "numbarules_spare_block")
+    spare.initializer = llvm_ir.Constant(i8p, None)
+    spare.linkage = "internal"
+    malloc = llvm_ir.Function(mod, llvm_ir.FunctionType(i8p, [i64]), "malloc")
+    free = llvm_ir.Function(mod, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p]), "free")
+    null = llvm_ir.Constant(i8p, None)
+
+    def header(b, data, k):
+        """The k-th 8-byte word before ``data`` (k = 1: the address malloc returned, 2: the
+        capacity), as an i64*."""
+        return b.bitcast(b.gep(data, [i64(-8 * k)]), i64.as_pointer())
+
+    def free_block(b, data):
+        raw = b.inttoptr(b.load(header(b, data, 1)), i8p)
+        b.call(free, [raw])
+
+    take = llvm_ir.Function(mod, llvm_ir.FunctionType(i8p, [i64]), _TAKE)
+    b = llvm_ir.IRBuilder(take.append_basic_block("entry"))
+    size = take.args[0]
+    old = b.atomic_rmw("xchg", spare, null, "seq_cst")
+    with b.if_then(b.icmp_unsigned("!=", old, null)):
+        with b.if_else(b.icmp_unsigned(">=", b.load(header(b, old, 2)), size)) as (fits, drop):
+            with fits:
+                b.ret(old)
+            with drop:
+                free_block(b, old)
+    raw = b.call(malloc, [b.add(size, i64(80))])
+    with b.if_then(b.icmp_unsigned("==", raw, null), likely=False):
+        b.ret(null)
+    start = b.add(b.ptrtoint(raw, i64), i64(16 + 63))
+    data = b.inttoptr(b.and_(start, i64(~63)), i8p)
+    b.store(b.ptrtoint(raw, i64), header(b, data, 1))
+    b.store(size, header(b, data, 2))
+    b.ret(data)
+
+    give = llvm_ir.Function(mod, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p]), _GIVE)
+    b = llvm_ir.IRBuilder(give.append_basic_block("entry"))
+    data = give.args[0]
+    with b.if_else(b.icmp_unsigned("<=", b.load(header(b, data, 2)), i64(_SPARE_CAP))) as (
+            keep, drop):
+        with keep:
+            before = b.atomic_rmw("xchg", spare, data, "seq_cst")
+            with b.if_then(b.icmp_unsigned("!=", before, null)):
+                free_block(b, before)
+        with drop:
+            free_block(b, data)
+    b.ret_void()
+
+    # (the spare block's capacity, 0 without one: for tests; a block another thread frees
+    # meanwhile may be read after its free, so nothing but a quiet process should ask)
+    spare_bytes = llvm_ir.Function(mod, llvm_ir.FunctionType(i64, []), _SPARE_BYTES)
+    b = llvm_ir.IRBuilder(spare_bytes.append_basic_block("entry"))
+    held = b.load_atomic(spare, "acquire", 8)
+    with b.if_then(b.icmp_unsigned("==", held, null)):
+        b.ret(i64(0))
+    b.ret(b.load(header(b, held, 2)))
+
+    release = llvm_ir.Function(mod, llvm_ir.FunctionType(llvm_ir.VoidType(), []), _RELEASE)
+    b = llvm_ir.IRBuilder(release.append_basic_block("entry"))
+    before = b.atomic_rmw("xchg", spare, null, "seq_cst")
+    with b.if_then(b.icmp_unsigned("!=", before, null)):
+        free_block(b, before)
+    b.ret_void()
+    return mod
+
+
+class _Blocks:
+    """The block functions of this process, compiled once (``ensure``) and their symbols added,
+    so that kernels compiled here and kernels loaded from the disk cache (numba_glue.persist)
+    resolve them. Its fingerprint (fingerprints.py: what a kernel's disk-cache key covers) is
+    the symbols and the size from which kernels call them, not the compiled library."""
+
+    def __init__(self):
+        self.library = None
+        self.lock = threading.Lock()
+
+    def _nr_fingerprint(self):
+        return ("numbarules blocks", _TAKE, _GIVE, _BLOCK_BYTES, _SPARE_CAP)
+
+    def ensure(self):
+        with self.lock:
+            if self.library is None:
+                from numba.core.registry import cpu_target
+                lib = cpu_target.target_context.codegen().create_library("numbarules_blocks")
+                lib.add_ir_module(_blocks_module())
+                lib.finalize()
+                for name in (_TAKE, _GIVE, _RELEASE):
+                    llvm_binding.add_symbol(name, lib.get_pointer_to_function(name))
+                self.library = lib
+
+    def spare_bytes(self):
+        """The capacity of the spare block, 0 where none is held (tests)."""
+        if self.library is None:
+            return 0
+        return ctypes.CFUNCTYPE(ctypes.c_int64)(
+            self.library.get_pointer_to_function(_SPARE_BYTES))()
+
+    def release(self):
+        """Free the spare block (``nr.clear_cache``): the process then holds no large array of
+        a gradient's after its call returns."""
+        if self.library is not None:
+            ctypes.CFUNCTYPE(None)(self.library.get_pointer_to_function(_RELEASE))()
+
+
+BLOCKS = _Blocks()
+
+
+def _block_meminfo(context, builder, size):
+    """A MemInfo for ``size`` bytes in a block of our own (see above), or null."""
+    i8p = llvm_ir.IntType(8).as_pointer()
+    intp = size.type
+    take = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(i8p, [intp]),
+                                          _TAKE)
+    give = cgutils.get_or_insert_function(
+        builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p]), _GIVE)
+    data = builder.call(take, [size])
+    out = cgutils.alloca_once_value(builder, llvm_ir.Constant(i8p, None))
+    with builder.if_then(cgutils.is_not_null(builder, data), likely=True):
+        # the NRT's own MemInfo around our block, released through ``give`` (its
+        # manage_memory, the third entry of NRT_get_api()'s table)
+        api = builder.call(cgutils.get_or_insert_function(
+            builder.module, llvm_ir.FunctionType(i8p, []), "NRT_get_api"), [])
+        manage_ty = llvm_ir.FunctionType(i8p, [i8p, give.type])
+        slot = builder.gep(builder.bitcast(api, manage_ty.as_pointer().as_pointer()),
+                           [intp(2)])
+        builder.store(builder.call(builder.load(slot), [data, give]), out)
+    return builder.load(out)
+
+
 # Arrays of 32 KB or more that a kernel allocates for adjoints get 6 KB of slack after their
 # elements. glibc places blocks of one size back to back (in the heap, once it has raised its
 # mmap threshold after the first large free), so a kernel's adjoint arrays of 512 KB sat
@@ -105,7 +262,19 @@ def _new_array(context, builder, arrtype, shapes, slack=False):
     if slack:
         big = builder.icmp_signed(">=", step, intp(_SLACK_FROM))
         size = builder.add(step, builder.select(big, intp(_SLACK), intp(0)))
-    meminfo = context.nrt.meminfo_alloc_aligned(builder, size, align)
+    if isinstance(context, CPUContext):
+        # a block of our own for a large array (see _blocks_module), the NRT's heap otherwise
+        BLOCKS.ensure()
+        slot = cgutils.alloca_once(builder, context.get_value_type(types.voidptr))
+        with builder.if_else(builder.icmp_signed(">=", size, intp(_BLOCK_BYTES)),
+                             likely=False) as (large, small):
+            with large:
+                builder.store(_block_meminfo(context, builder, size), slot)
+            with small:
+                builder.store(context.nrt.meminfo_alloc_aligned(builder, size, align), slot)
+        meminfo = builder.load(slot)
+    else:
+        meminfo = context.nrt.meminfo_alloc_aligned(builder, size, align)
     with builder.if_then(cgutils.is_null(builder, meminfo), likely=False):
         context.call_conv.return_user_exc(builder, MemoryError, ("cannot allocate an array",))
     data = context.nrt.meminfo_data(builder, meminfo)

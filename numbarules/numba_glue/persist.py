@@ -122,6 +122,10 @@ def rebuild_result(dispatcher, data):
         # threads does not: an unresolved symbol would abort the process
         from numba.np.ufunc.parallel import _launch_threads
         _launch_threads()
+    if b"numbarules_block_take" in data:
+        # code that allocates large arrays in blocks of ours: their functions, by symbol
+        from .intrinsics import BLOCKS
+        BLOCKS.ensure()
     own, closure = pickle.loads(data)
     libraries = {}
     for symbol, payload, calls in closure:
