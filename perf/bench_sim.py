@@ -33,6 +33,7 @@ import numba        # noqa: E402
 import numpy as np  # noqa: E402
 
 import numbarules as nr  # noqa: E402
+from numbarules import numba_glue  # noqa: E402
 
 
 def rd_swap(u0, k, steps):
@@ -175,7 +176,11 @@ def peak_bytes(f, *args):
     """Bytes the process's resident memory rose to above where it was, while ``f(*args)`` ran
     (Linux: the peak is reset through /proc/self/clear_refs). Measures the tape and the
     snapshots the gradient touches, whatever allocates them (NumPy, Numba's runtime)."""
-    # freed memory that malloc keeps resident would hide new allocations: give it back first
+    # freed memory that malloc keeps resident would hide new allocations: give it back first,
+    # and the block numbarules keeps for the next large array (numba_glue.intrinsics.BLOCKS)
+    blocks = getattr(numba_glue.intrinsics, "BLOCKS", None)
+    if blocks is not None:
+        blocks.release()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/clear_refs", "w") as c:
         c.write("5")
