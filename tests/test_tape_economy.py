@@ -412,10 +412,10 @@ def test_a_large_tape_takes_the_block_the_last_one_freed():
     The NRT's counts stay balanced, the gradients are the same call after call, and
     nr.clear_cache() gives the block back."""
     import numba
-    from numba.core.runtime import rtsys
     from numbarules.api import spec_for_call
     from numbarules.numba_glue.intrinsics import BLOCKS
     from test_rebinding import swap
+    from test_trust import nrt_counts
 
     u0 = np.random.default_rng(5).random((32, 32)) * 0.5
     args = (u0, 0.1, 600)                  # 600 states of 8 KB: a 4.9 MB tape
@@ -432,18 +432,11 @@ def test_a_large_tape_takes_the_block_the_last_one_freed():
     assert res[at].ctypes.data == first           # the same block again
     del res
 
-    from numba.core.runtime import _nrt_python as nrt
-    was = nrt.memsys_stats_enabled()
-    nrt.memsys_enable_stats()
-    try:
-        before = rtsys.get_allocation_stats()
+    def run():
         for _ in range(3):
             g(*args)                # (the gradients returned, dropped: nothing left alive)
-        after = rtsys.get_allocation_stats()
-    finally:
-        if not was:
-            nrt.memsys_disable_stats()
-    assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free > 0
+    allocated, freed, made, unmade = nrt_counts(run)
+    assert allocated == freed and made == unmade > 0
     d1, d2 = g(*args), g(*args)
     np.testing.assert_array_equal(d1[0], d2[0])
     assert d1[1] == d2[1]

@@ -1080,11 +1080,27 @@ def _taped_loop(x, n):
     return s
 
 
+def nrt_counts(run):
+    """``(allocated, freed, meminfos made, meminfos freed)`` by the NRT while ``run()`` runs
+    (its statistics switched on for the while)."""
+    from numba.core.runtime import _nrt_python as _nrt
+    from numba.core.runtime import rtsys
+    was_on = _nrt.memsys_stats_enabled()
+    _nrt.memsys_enable_stats()
+    try:
+        before = rtsys.get_allocation_stats()
+        run()
+        after = rtsys.get_allocation_stats()
+    finally:
+        if not was_on:
+            _nrt.memsys_disable_stats()
+    return (after.alloc - before.alloc, after.free - before.free,
+            after.mi_alloc - before.mi_alloc, after.mi_free - before.mi_free)
+
+
 def test_tapes_and_zero_adjoints_free_what_they_allocate():
     # Tapes and adjoint zeros are allocated by intrinsics that build NRT arrays by hand
     # (runtime._tape, _reserve, _zeros_like): a wrong reference count leaks or frees twice.
-    from numba.core.runtime import _nrt_python as _nrt
-    from numba.core.runtime import rtsys
     x = np.linspace(0.1, 0.9, 7)
     g = nr.grad(_taped_loop)
     expected = g(x, 300)
@@ -1092,24 +1108,17 @@ def test_tapes_and_zero_adjoints_free_what_they_allocate():
     y, pb = nr.pullback(_taped_loop, x, 300)
     pb(1.0)
     del pb
-    was_on = _nrt.memsys_stats_enabled()
-    _nrt.memsys_enable_stats()
-    try:
-        before = rtsys.get_allocation_stats()
+
+    def run():
         for _ in range(20):
             np.testing.assert_array_equal(g(x, 300), expected)
             y, pb = nr.pullback(_taped_loop, x, 300)
             np.testing.assert_allclose(pb(1.0)[0], expected, rtol=1e-12)
             del pb
-        after = rtsys.get_allocation_stats()
-    finally:
-        if not was_on:
-            _nrt.memsys_disable_stats()
-    allocated = after.alloc - before.alloc
-    freed = after.free - before.free
+    allocated, freed, made, unmade = nrt_counts(run)
     assert allocated > 20 * 4                    # tapes grew: 16, 32, ..., 512 entries
     assert allocated == freed, (allocated, freed)
-    assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free
+    assert made == unmade
 
 
 def test_the_zeros_intrinsic_is_numbas_zeros_like():
