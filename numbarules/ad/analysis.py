@@ -27,6 +27,7 @@ adjoint of the array it holds (``_rebound``).
 
 from dataclasses import dataclass
 
+import numpy as np
 from numba import types as nbt
 
 from . import ir
@@ -69,6 +70,8 @@ class Plan:
                                # the arrays it reads only in its own row (prange_shapes.row_loops)
     shape_only: frozenset = frozenset()  # id() of rebindings that keep the dropped array's
                                          # shape alone (_shape_only)
+    copied: frozenset = frozenset()  # id() of rebindings whose dropped array may be kept as a
+                                     # copy: no other name holds it (_kept_as_copies)
 
 
 def plan(fn, types, mask, classify):
@@ -155,7 +158,8 @@ def plan(fn, types, mask, classify):
                 frozenset(in_loop), frozenset(relevant),
                 {v: s for v, s in view_of.items() if v in active}, quotients,
                 {v: lp for v, lp in loop_views.items() if v in active}, rebound,
-                lazy, snapshots, snapshot_stores, rows, shape_only)
+                lazy, snapshots, snapshot_stores, rows, shape_only,
+                _kept_as_copies(fn, stmts, types, pushes, shape_only, alias, view_of))
 
 
 def _shape_only(fn, stmts, types, pushes, values, readers, rebound, view_of):
@@ -180,5 +184,62 @@ def _shape_only(fn, stmts, types, pushes, values, readers, rebound, view_of):
                 and isinstance(t.dtype, (nbt.Float, nbt.Integer)) \
                 and not (rebound or {}).get(v) and v not in bases \
                 and not any(v in names and before(r, s) for r, names in readers):
+            out.add(id(s))
+    return frozenset(out)
+
+
+_FRESH_CALLS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+                "full_like")
+
+
+def _fresh(expr):
+    """Whether ``expr`` always makes a new array (never returns one an operand holds)."""
+    if isinstance(expr, (ir.BinOp, ir.UnaryOp)):
+        return True
+    if isinstance(expr, ir.MethodCall):
+        return expr.name == "copy" and not expr.args
+    if isinstance(expr, ir.Call):
+        f = expr.func
+        return isinstance(f, np.ufunc) or getattr(f, "__module__", "") == "numpy" \
+            and getattr(f, "__name__", "") in _FRESH_CALLS
+    return False
+
+
+def _kept_as_copies(fn, stmts, types, pushes, shape_only, alias, view_of):
+    """id() of the rebindings whose dropped array the forward may keep as a copy in the
+    gradient's arena instead of the array itself (tape.push_reference): C-ordered float64
+    arrays that no other name can hold. A fresh array kept per step was freed at the end of
+    each call and its pages faulted in again by the next (the slices form of
+    reaction-diffusion: 79,000 page faults, 250 ms of system time a call); the arena's blocks
+    stay with the process (numba_glue.intrinsics). The copy holds the values at the
+    rebinding, which is what the reverse reads there; what it cannot stand for is the array's
+    identity, so every binding of the name makes a fresh array (no alias, argument, view or
+    call result that might return an operand), and the name is never an operand of what could
+    hold it (a view, a tuple, a call returning arrays)."""
+    bases = {n for s in view_of.values() for n in _reads(s.expr)}
+    classes = {}
+    for v in types:
+        classes[alias.get(v, v)] = classes.get(alias.get(v, v), 0) + 1
+    held = set()                  # names an aggregate or a call's array result may hold
+    bound = {}                    # name -> whether every binding makes a fresh array
+    for s in stmts:
+        if not isinstance(s, ir.Assign):
+            continue
+        e = s.expr
+        if isinstance(e, ir.MakeTuple) or isinstance(e, (ir.Call, ir.MethodCall)) \
+                and not _fresh(e) and not isinstance(types.get(s.target), (nbt.Number,
+                                                                           nbt.Boolean)):
+            held.update(_reads(e))
+        if isinstance(s.target, str):
+            bound[s.target] = bound.get(s.target, True) and _fresh(e)
+    out = set()
+    for s in stmts:
+        if not (isinstance(s, ir.Assign) and id(s) in pushes and id(s) not in shape_only):
+            continue
+        v, t = s.target, types.get(s.target)
+        if is_array(t) and t.ndim >= 1 and t.layout == "C" and t.dtype == nbt.float64 \
+                and bound.get(v) and classes.get(alias.get(v, v)) == 1 \
+                and v not in fn.params and v not in view_of and v not in bases \
+                and v not in held:
             out.add(id(s))
     return frozenset(out)

@@ -171,7 +171,34 @@ class Saves:
             return
         name = f"_lr_{v}"
         self.rule_lists[name] = self.types[v]
+        if id(s) in (self.plan.copied or ()) and self._arena_applies(s):
+            # a fresh array no other name holds: its values, in pages the next call has too
+            out.add(f"# the array {v} drops, kept as a copy in the gradient's arena "
+                    f"(tape.push_reference)")
+            self._arena_push(out, v, f"{name}.append({{}})")
+            return
         out.add(f"{name}.append({v})")
+
+    def _arena_applies(self, s):
+        """Whether ``s`` runs where the gradient's arena is kept: not in device code, fused
+        loops, prange kernels or checkpointed loops (whose steps run again in the pullback,
+        which has no arena)."""
+        return self.device is None and not self.fusing and not self.plain \
+            and not any(isinstance(x, ir.For) and (x.parallel or x.snapshots is not None
+                                                   and any(y is s for y in ir.walk(x.body)))
+                        for x in ir.walk(self.fn.body))
+
+    def _arena_push(self, out, u, use):
+        """Copy the float64 array ``u`` into the arena (a new block of twice the last one's
+        size when it does not fit); ``use`` formats the statement that takes the copy (of
+        ``u``'s shape, C order)."""
+        self.arena = True
+        out.add(f"if _ka_f8 + {u}.size > _arena_f8.shape[0]:")
+        out.add(f"    _arena_f8 = _tape(max(2 * _arena_f8.shape[0], {u}.size), _np.float64)")
+        out.add("    _ka_f8 = 0")
+        out.add(f"_arena_f8 = _push_view(_arena_f8, _ka_f8, {u})")
+        out.add(use.format(f"_arena_f8[_ka_f8:_ka_f8 + {u}.size].reshape({u}.shape)"))
+        out.add(f"_ka_f8 += {u}.size")
 
     def arena_copy(self, out, s):
         """``v = u.copy()`` where each copy is kept for the reverse (the binding it replaces
@@ -183,30 +210,19 @@ class Saves:
         the older blocks keep them alive. False where it does not apply (device code, fused
         loops, prange kernels, checkpointed loops)."""
         e = s.expr
-        if self.device is not None or self.fusing or self.plain \
-                or not (isinstance(e, ir.MethodCall) and e.name == "copy" and not e.args
-                        and isinstance(e.obj, ir.Name)) \
+        if not (isinstance(e, ir.MethodCall) and e.name == "copy" and not e.args
+                and isinstance(e.obj, ir.Name)) \
                 or not (id(s) in self.plan.pushes and self.reference(s)
                         and not self.reference_unread(s)) \
-                or any(isinstance(x, ir.For) and (x.parallel or x.snapshots is not None
-                                                  and any(y is s for y in ir.walk(x.body)))
-                       for x in ir.walk(self.fn.body)):
-            # (a checkpointed loop's steps run again in the pullback, which has no arena)
+                or not self._arena_applies(s):
             return False
         t, src = self.types.get(s.target), self.types.get(e.obj.id)
         if not (isinstance(t, nbt.Array) and t.layout == "C" and t.dtype == nbt.float64
                 and isinstance(src, nbt.Array) and src.dtype == nbt.float64
                 and src.ndim == t.ndim >= 1):
             return False
-        self.arena = True
-        u, v = e.obj.id, s.target
         out.add("# the copy in the gradient's arena (kept for the reverse: tape.arena_copy)")
-        out.add(f"if _ka_f8 + {u}.size > _arena_f8.shape[0]:")
-        out.add(f"    _arena_f8 = _tape(max(2 * _arena_f8.shape[0], {u}.size), _np.float64)")
-        out.add("    _ka_f8 = 0")
-        out.add(f"_arena_f8 = _push_view(_arena_f8, _ka_f8, {u})")
-        out.add(f"{v} = _arena_f8[_ka_f8:_ka_f8 + {u}.size].reshape({u}.shape)")
-        out.add(f"_ka_f8 += {u}.size")
+        self._arena_push(out, e.obj.id, f"{s.target} = {{}}")
         return True
 
     def pop_reference(self, out, s):

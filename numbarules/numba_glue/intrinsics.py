@@ -77,39 +77,54 @@ def _huge_pages(context, builder, data, nbytes):
                           builder.sub(end, start), llvm_ir.IntType(32)(_MADV_HUGEPAGE)])
 
 
-# Large arrays reuse the last large block freed. glibc hands every block of more than 32 MB to
+# Large arrays reuse large blocks freed before. glibc hands every block of more than 32 MB to
 # the kernel on free and maps a fresh one on the next malloc, whose pages the kernel zeroes as
 # they are first written: a gradient whose tape holds a state per step (reaction-diffusion's
 # swap form: 105 MB) paid that on every call (writing a fresh 105 MB block: 24 ms with huge
 # pages, 90 ms without, against 11 ms into a block written before; docs/numba-internals.md). The
-# kernels' arrays of 4 MB or more therefore live in blocks of our own: freed, a block is kept
-# as the one spare block of the process (the one before it freed), and the next large array
-# that fits takes it back with its pages in place. One block at a time, of at most 512 MB: what
-# the process holds beyond NumPy's and Numba's own is at most the last large array a gradient
-# freed. ``BLOCKS.release`` (``nr.clear_cache``) gives it back. Only arrays of the
+# kernels' arrays of 4 MB or more therefore live in blocks of our own: freed, a block joins the
+# process's pool of spare blocks (at most 8, of 1 GB in all, the oldest given back first), and
+# the next large array takes the smallest one that fits, its pages in place. A gradient whose
+# arena grows by several blocks a call (the slices form's kept arrays: 10 blocks, 323 MB) finds
+# them all again on the next call. What the process holds beyond NumPy's and Numba's own is
+# at most the pool. ``BLOCKS.release`` (``nr.clear_cache``) gives it back. Only arrays of the
 # kernels' own (tapes, adjoints, arena blocks) are allocated this way; nothing else changes.
 _BLOCK_BYTES = 1 << 22
-_SPARE_CAP = 1 << 29
+_SPARE_CAP = 1 << 29            # the largest block kept
+_POOL_BYTES = 1 << 30           # the most the pool holds
+_POOL_SLOTS = 8
 _TAKE, _GIVE = "numbarules_block_take", "numbarules_block_give"
 _RELEASE, _SPARE_BYTES = "numbarules_release_spare", "numbarules_spare_bytes"
 
 
 def _blocks_module():
-    """The LLVM module of the block functions: ``take(size) -> data`` (the spare block when it
-    holds ``size`` bytes, else a new one; null when malloc fails), ``give(data)`` (the NRT's
-    destructor of such an array: the block becomes the spare one, the spare one before it is
-    freed) and ``release()``. A block is malloc'ed with 80 bytes more than its data: the data
-    starts at the first 64-byte boundary 16 bytes or more in, preceded by its capacity and the
-    address malloc returned. The spare slot is swapped atomically (threads of a parallel
-    gradient free arrays too)."""
-    i8p, i64 = llvm_ir.IntType(8).as_pointer(), llvm_ir.IntType(64)
+    """The LLVM module of the block functions: ``take(size) -> data`` (the smallest spare block
+    that holds ``size`` bytes, else a new one; null when malloc fails), ``give(data)`` (the
+    NRT's destructor of such an array: the block joins the pool as its newest, the oldest ones
+    freed to keep it within 8 blocks and 1 GB), ``release()`` and ``spare_bytes()``. A block is
+    malloc'ed with 80 bytes more than its data: the data starts at the first 64-byte boundary
+    16 bytes or more in, preceded by its capacity and the address malloc returned. The pool
+    (slots newest first, no holes, and the bytes they hold) is guarded by a spin lock: threads
+    of a parallel gradient free arrays too, and the lock is held for a few loads and stores (a
+    free of an evicted block at most)."""
+    i8p, i64, i32 = llvm_ir.IntType(8).as_pointer(), llvm_ir.IntType(64), llvm_ir.IntType(32)
     mod = llvm_ir.Module("numbarules_blocks")
-    spare = llvm_ir.GlobalVariable(mod, i8p, "numbarules_spare_block")
-    spare.initializer = llvm_ir.Constant(i8p, None)
-    spare.linkage = "internal"
+
+    def global_(name, ty, init):
+        g = llvm_ir.GlobalVariable(mod, ty, name)
+        g.initializer, g.linkage = init, "internal"
+        return g
+
+    null = llvm_ir.Constant(i8p, None)
+    slots = global_("numbarules_spare_blocks", llvm_ir.ArrayType(i8p, _POOL_SLOTS),
+                    llvm_ir.Constant(llvm_ir.ArrayType(i8p, _POOL_SLOTS), [None] * _POOL_SLOTS))
+    held = global_("numbarules_spare_bytes_held", i64, i64(0))
+    lock = global_("numbarules_spare_lock", i32, i32(0))
+    # an empty slot's stand-in: a "block" whose header says it holds 0 bytes
+    no_block = global_("numbarules_no_block", llvm_ir.ArrayType(i64, 2),
+                       llvm_ir.Constant(llvm_ir.ArrayType(i64, 2), [0, 0]))
     malloc = llvm_ir.Function(mod, llvm_ir.FunctionType(i8p, [i64]), "malloc")
     free = llvm_ir.Function(mod, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p]), "free")
-    null = llvm_ir.Constant(i8p, None)
 
     def header(b, data, k):
         """The k-th 8-byte word before ``data`` (k = 1: the address malloc returned, 2: the
@@ -120,16 +135,50 @@ def _blocks_module():
         raw = b.inttoptr(b.load(header(b, data, 1)), i8p)
         b.call(free, [raw])
 
-    take = llvm_ir.Function(mod, llvm_ir.FunctionType(i8p, [i64]), _TAKE)
-    b = llvm_ir.IRBuilder(take.append_basic_block("entry"))
+    def slot(b, i):
+        return b.gep(slots, [i32(0), i if isinstance(i, llvm_ir.Value) else i32(i)])
+
+    def acquire(b):
+        fn = b.function
+        spin, done = fn.append_basic_block("spin"), fn.append_basic_block("locked")
+        b.branch(spin)
+        b.position_at_end(spin)
+        won = b.extract_value(b.cmpxchg(lock, i32(0), i32(1), "acquire", "monotonic"), 1)
+        b.cbranch(won, done, spin)
+        b.position_at_end(done)
+
+    def unlock(b):
+        b.store_atomic(i32(0), lock, "release", 4)
+
+    def function(name, ret, args):
+        f = llvm_ir.Function(mod, llvm_ir.FunctionType(ret, args), name)
+        return f, llvm_ir.IRBuilder(f.append_basic_block("entry"))
+
+    take, b = function(_TAKE, i8p, [i64])
+    no_block = b.bitcast(b.gep(no_block, [i32(0), i32(2)]), i8p)
     size = take.args[0]
-    old = b.atomic_rmw("xchg", spare, null, "seq_cst")
-    with b.if_then(b.icmp_unsigned("!=", old, null)):
-        with b.if_else(b.icmp_unsigned(">=", b.load(header(b, old, 2)), size)) as (fits, drop):
-            with fits:
-                b.ret(old)
-            with drop:
-                free_block(b, old)
+    acquire(b)
+    # the smallest block that fits: its slot, -1 where none does
+    best, best_cap = i32(-1), i64(-1)         # (-1: the largest unsigned capacity)
+    for i in range(_POOL_SLOTS):
+        p = b.load(slot(b, i))
+        held_here = b.icmp_unsigned("!=", p, null)
+        cap = b.load(header(b, b.select(held_here, p, no_block), 2))
+        better = b.and_(held_here, b.and_(b.icmp_unsigned(">=", cap, size),
+                                          b.icmp_unsigned("<", cap, best_cap)))
+        best = b.select(better, i32(i), best)
+        best_cap = b.select(better, cap, best_cap)
+    with b.if_then(b.icmp_signed(">=", best, i32(0))):
+        data = b.load(slot(b, best))
+        # close the hole: the older slots move up one
+        for j in range(_POOL_SLOTS - 1):
+            move = b.icmp_signed("<=", best, i32(j))
+            b.store(b.select(move, b.load(slot(b, j + 1)), b.load(slot(b, j))), slot(b, j))
+        b.store(null, slot(b, _POOL_SLOTS - 1))
+        b.store(b.sub(b.load(held), best_cap), held)
+        unlock(b)
+        b.ret(data)
+    unlock(b)
     raw = b.call(malloc, [b.add(size, i64(80))])
     with b.if_then(b.icmp_unsigned("==", raw, null), likely=False):
         b.ret(null)
@@ -139,33 +188,49 @@ def _blocks_module():
     b.store(size, header(b, data, 2))
     b.ret(data)
 
-    give = llvm_ir.Function(mod, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p]), _GIVE)
-    b = llvm_ir.IRBuilder(give.append_basic_block("entry"))
+    give, b = function(_GIVE, llvm_ir.VoidType(), [i8p])
     data = give.args[0]
-    with b.if_else(b.icmp_unsigned("<=", b.load(header(b, data, 2)), i64(_SPARE_CAP))) as (
-            keep, drop):
-        with keep:
-            before = b.atomic_rmw("xchg", spare, data, "seq_cst")
-            with b.if_then(b.icmp_unsigned("!=", before, null)):
-                free_block(b, before)
-        with drop:
-            free_block(b, data)
+    cap = b.load(header(b, data, 2))
+    with b.if_then(b.icmp_unsigned(">", cap, i64(_SPARE_CAP)), likely=False):
+        free_block(b, data)
+        b.ret_void()
+    acquire(b)
+    # the newest first: the others move down one, the oldest falls out
+    oldest = b.load(slot(b, _POOL_SLOTS - 1))
+    for j in range(_POOL_SLOTS - 1, 0, -1):
+        b.store(b.load(slot(b, j - 1)), slot(b, j))
+    b.store(data, slot(b, 0))
+    b.store(b.add(b.load(held), cap), held)
+    with b.if_then(b.icmp_unsigned("!=", oldest, null)):
+        b.store(b.sub(b.load(held), b.load(header(b, oldest, 2))), held)
+        free_block(b, oldest)
+    # within the pool's bytes: the oldest given back first (the newest is never more than 512 MB)
+    for j in range(_POOL_SLOTS - 1, 0, -1):
+        p = b.load(slot(b, j))
+        with b.if_then(b.and_(b.icmp_unsigned("!=", p, null),
+                              b.icmp_unsigned(">", b.load(held), i64(_POOL_BYTES)))):
+            b.store(b.sub(b.load(held), b.load(header(b, p, 2))), held)
+            b.store(null, slot(b, j))
+            free_block(b, p)
+    unlock(b)
     b.ret_void()
 
-    # (the spare block's capacity, 0 without one: for tests; a block another thread frees
-    # meanwhile may be read after its free, so nothing but a quiet process should ask)
-    spare_bytes = llvm_ir.Function(mod, llvm_ir.FunctionType(i64, []), _SPARE_BYTES)
-    b = llvm_ir.IRBuilder(spare_bytes.append_basic_block("entry"))
-    held = b.load_atomic(spare, "acquire", 8)
-    with b.if_then(b.icmp_unsigned("==", held, null)):
-        b.ret(i64(0))
-    b.ret(b.load(header(b, held, 2)))
+    # the bytes the pool holds (tests)
+    spare_bytes, b = function(_SPARE_BYTES, i64, [])
+    acquire(b)
+    n = b.load(held)
+    unlock(b)
+    b.ret(n)
 
-    release = llvm_ir.Function(mod, llvm_ir.FunctionType(llvm_ir.VoidType(), []), _RELEASE)
-    b = llvm_ir.IRBuilder(release.append_basic_block("entry"))
-    before = b.atomic_rmw("xchg", spare, null, "seq_cst")
-    with b.if_then(b.icmp_unsigned("!=", before, null)):
-        free_block(b, before)
+    release, b = function(_RELEASE, llvm_ir.VoidType(), [])
+    acquire(b)
+    for j in range(_POOL_SLOTS):
+        p = b.load(slot(b, j))
+        with b.if_then(b.icmp_unsigned("!=", p, null)):
+            free_block(b, p)
+        b.store(null, slot(b, j))
+    b.store(i64(0), held)
+    unlock(b)
     b.ret_void()
     return mod
 
@@ -181,7 +246,7 @@ class _Blocks:
         self.lock = threading.Lock()
 
     def _nr_fingerprint(self):
-        return ("numbarules blocks", _TAKE, _GIVE, _BLOCK_BYTES, _SPARE_CAP)
+        return ("numbarules blocks", _TAKE, _GIVE, _BLOCK_BYTES)
 
     def ensure(self):
         with self.lock:
