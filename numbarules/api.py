@@ -383,16 +383,13 @@ def spec_for_call(f, args, argnums=None, flags=None, caller="pullback"):
     flags = compile_flags.DEFAULT if flags is None else flags
     args = _positional(f, args, caller)
     argtypes = tuple(numba.typeof(a) for a in args)
+    if argnums is not None:
+        return kernels.spec_at(f, argtypes, argnums, flags)[0]
+    # every argument: a function passed as a value gets None, as an integer does
     target, _ = targets.target_for(f, argtypes)
-    if argnums is None:
-        # every argument: a function passed as a value gets None, as an integer does
-        targets.check_arguments(f, argtypes, tuple(not kinds.is_function(t) for t in argtypes))
-        mask = tuple(kinds.differentiable(t) for t in argtypes)
-    else:
-        nums = kernels.positions(argnums, len(args))
-        mask = tuple(i in nums for i in range(len(args)))
-        targets.check_arguments(f, argtypes, mask)
-    return kernels.specialize(target, argtypes, mask, flags)
+    targets.check_arguments(f, argtypes, tuple(not kinds.is_function(t) for t in argtypes))
+    return kernels.specialize(target, argtypes, tuple(kinds.differentiable(t) for t in argtypes),
+                              flags)
 
 
 def _positional(f, args, caller):

@@ -503,8 +503,8 @@ def clear_cache(f=None, disk=False):
         _counts.clear()
         _by_function.clear()
         _by_owner.clear()
-        # the last large array a gradient freed, kept for the next one (numba_glue.intrinsics)
-        numba_glue.intrinsics.BLOCKS.release()
+        # the large blocks gradients freed, kept for the next ones (numba_glue.blocks)
+        numba_glue.blocks.BLOCKS.release()
 
 
 def _owners_of(f):

@@ -567,13 +567,20 @@ def gradient_spec(f, argtypes, argnums, flags=compile_flags.DEFAULT):
     to ``argnums`` runs at ``argtypes``, for the CPU's gradient objects (api.Gradient) and the
     device's (cuda/gradients.py) alike. Refused, naming ``f``: a differentiated argument that
     can have no tangent, a result that is not a float."""
+    spec, nums, decisions = spec_at(f, argtypes, argnums, flags)
+    check_differentiable_output(spec)
+    return spec, nums, decisions
+
+
+def spec_at(f, argtypes, argnums, flags=compile_flags.DEFAULT):
+    """``(spec, positions, decisions)`` of ``f`` at ``argtypes`` with tangents for the
+    arguments at ``argnums`` (an int or a tuple of them, negative from the end), whatever its
+    result (nr.pullback, nr.code); a differentiated argument that can have no tangent refused."""
     nums = positions(argnums, len(argtypes))
     mask = tuple(i in nums for i in range(len(argtypes)))
     targets.check_arguments(f, argtypes, mask)
     target, decisions = targets.target_for(f, argtypes)
-    spec = specialize(target, argtypes, mask, flags)
-    check_differentiable_output(spec)
-    return spec, nums, decisions
+    return specialize(target, argtypes, mask, flags), nums, decisions
 
 
 def check_differentiable_output(spec):

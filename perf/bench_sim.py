@@ -177,8 +177,8 @@ def peak_bytes(f, *args):
     (Linux: the peak is reset through /proc/self/clear_refs). Measures the tape and the
     snapshots the gradient touches, whatever allocates them (NumPy, Numba's runtime)."""
     # freed memory that malloc keeps resident would hide new allocations: give it back first,
-    # and the block numbarules keeps for the next large array (numba_glue.intrinsics.BLOCKS)
-    blocks = getattr(numba_glue.intrinsics, "BLOCKS", None)
+    # and the blocks numbarules keeps for the next large arrays (numba_glue.blocks.BLOCKS)
+    blocks = getattr(getattr(numba_glue, "blocks", numba_glue.intrinsics), "BLOCKS", None)
     if blocks is not None:
         blocks.release()
     ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -168,7 +168,7 @@ def test_a_sweep_saves_the_array_whole_when_its_reverse_reads_none_of_it():
     # element by element
     for f in (callee_reads_array, product_reads_array):
         src = nr.code(nr.grad(f, argnums=(0, 1)), VEC, 0.7, 3)
-        assert "_tape_f8[_k_f8] = u[i]" in src and "_push_view" not in src, f.__name__
+        assert "_tape_f8[_k_f8] = u[i]" in src and "_push_view(_tape_f8" not in src, f.__name__
 
 
 def copied_each_step(x, c, steps):
@@ -407,13 +407,13 @@ def test_arrays_the_reverse_reads_only_the_shapes_of_keep_their_shapes():
 
 def test_a_large_tape_takes_the_block_the_last_one_freed():
     """Arrays of 4 MB or more that kernels allocate live in blocks of numbarules' own; freed, a
-    block is kept for the next large array (numba_glue.intrinsics): a tape of a state per step
+    block is kept for the next large array (numba_glue.blocks): a tape of a state per step
     is written into pages written before, not into fresh ones the OS zeroes on every call.
     The NRT's counts stay balanced, the gradients are the same call after call, and
     nr.clear_cache() gives the block back."""
     import numba
     from numbarules.api import spec_for_call
-    from numbarules.numba_glue.intrinsics import BLOCKS
+    from numbarules.numba_glue.blocks import BLOCKS
     from test_rebinding import swap
     from test_trust import nrt_counts
 
@@ -458,12 +458,12 @@ def test_a_large_tape_takes_the_block_the_last_one_freed():
 def test_arrays_a_step_drops_keep_their_pages_between_calls():
     """The arrays the slices form keeps per step are fresh ones no other name holds: the
     forward keeps copies of them in the gradient's arena (analysis._kept_as_copies), whose
-    blocks join the process's pool when freed (numba_glue.intrinsics) and come back on the next
+    blocks join the process's pool when freed (numba_glue.blocks) and come back on the next
     call: the arrays NumPy allocated each step were freed at the end of each call and their
     pages faulted in again by the next (79,000 page faults a call at 256 x 256 and 200 steps).
     Gradients the same call after call; nr.clear_cache() empties the pool."""
     import resource
-    from numbarules.numba_glue.intrinsics import BLOCKS
+    from numbarules.numba_glue.blocks import BLOCKS
     from test_trust import nrt_counts
 
     src = nr.code(nr.grad(slices, argnums=(0, 1)), np.ones((4, 4)), 0.1, 2)

@@ -151,8 +151,8 @@ def _rule_source(spec):
 def prepare_gradient(g, argtypes):
     """(spec, argument positions) of gradient object ``g`` at ``argtypes``: the CPU's
     specialization (kernels.gradient_spec), whose kernels device.py writes again as one device
-    function. Its compile flags are the CPU's: ``boundscheck`` and ``fastmath`` do not apply to
-    device code (the specialization is the one of the default flags)."""
+    function, at the default compile flags: ``boundscheck`` and ``fastmath`` do not apply to
+    device code (docs/cuda.md)."""
     with glue.cpu_compiles():
         spec, nums, _ = kernels.gradient_spec(g.f, tuple(argtypes), g.argnums)
     return spec, nums

@@ -10,6 +10,7 @@ from numba.core.codegen import RuntimeLinker
 from numba.core.registry import cpu_target
 
 from .callables import _live, _register
+from .blocks import BLOCKS, TAKE_SYMBOL
 from .intrinsics import NUM_THREADS_SYMBOL
 
 
@@ -122,9 +123,8 @@ def rebuild_result(dispatcher, data):
         # threads does not: an unresolved symbol would abort the process
         from numba.np.ufunc.parallel import _launch_threads
         _launch_threads()
-    if b"numbarules_block_take" in data:
+    if TAKE_SYMBOL.encode() in data:
         # code that allocates large arrays in blocks of ours: their functions, by symbol
-        from .intrinsics import BLOCKS
         BLOCKS.ensure()
     own, closure = pickle.loads(data)
     libraries = {}
