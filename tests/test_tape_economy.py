@@ -489,3 +489,50 @@ def test_arrays_a_step_drops_keep_their_pages_between_calls():
     assert BLOCKS.spare_bytes() == 0
     small = (u0[:12, :12], 0.1, 3)
     check(slices, *small)
+
+
+def test_the_block_pool_under_threads():
+    """The pool's take and give from four threads at once (ctypes calls release the GIL): every
+    block a thread holds is its own (a word written into it is still there after the others
+    ran), the pool never holds more than its bytes, and release empties it. The kernels of a
+    parallel gradient free their arrays from the threading layer's threads."""
+    import ctypes
+    import threading
+    from numbarules.numba_glue import blocks
+
+    blocks.BLOCKS.ensure()
+    lib = blocks.BLOCKS.library
+    take = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int64)(
+        lib.get_pointer_to_function(blocks.TAKE_SYMBOL))
+    give = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lib.get_pointer_to_function(blocks._GIVE))
+    errors, held_max = [], []
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        mine = []
+        for step in range(3000):
+            if mine and (len(mine) > 3 or rng.random() < 0.5):
+                data, mark = mine.pop(int(rng.integers(len(mine))))
+                if ctypes.c_int64.from_address(data).value != mark:
+                    errors.append((k, step))
+                give(data)
+            else:
+                data = take(int(rng.integers(4, 300)) << 20)   # (the 1 GB bound reached)
+                mark = k * 1_000_000 + step
+                ctypes.c_int64.from_address(data).value = mark
+                mine.append((data, mark))
+            if step % 500 == 0:
+                held_max.append(blocks.BLOCKS.spare_bytes())
+        for data, _ in mine:
+            give(data)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    assert max(held_max) <= blocks._POOL_BYTES
+    assert 0 < blocks.BLOCKS.spare_bytes() <= blocks._POOL_BYTES
+    blocks.BLOCKS.release()
+    assert blocks.BLOCKS.spare_bytes() == 0

@@ -6,11 +6,11 @@ Part of the CPU door into ``numba.core`` (the ``numba_glue`` package).
 """
 
 import ctypes
-import threading
 
 import llvmlite.binding as llvm_binding
 from llvmlite import ir as llvm_ir
 from numba.core import cgutils
+from numba.core.compiler_lock import global_compiler_lock
 
 # Large arrays reuse large blocks freed before. glibc hands every block of more than 32 MB to
 # the kernel on free and maps a fresh one on the next malloc, whose pages the kernel zeroes as
@@ -178,13 +178,15 @@ class _Blocks:
 
     def __init__(self):
         self.library = None
-        self.lock = threading.Lock()
 
     def _nr_fingerprint(self):
         return ("numbarules blocks", TAKE_SYMBOL, _GIVE, BLOCK_BYTES)
 
     def ensure(self):
-        with self.lock:
+        # (under Numba's compiler lock, which finalizing a library asserts: kernels call this
+        # while they are lowered, which holds it already; a lock of our own beside it could
+        # deadlock against a thread compiling)
+        with global_compiler_lock:
             if self.library is None:
                 from numba.core.registry import cpu_target
                 lib = cpu_target.target_context.codegen().create_library("numbarules_blocks")
@@ -195,14 +197,14 @@ class _Blocks:
                 self.library = lib
 
     def spare_bytes(self):
-        """The capacity of the spare block, 0 where none is held (tests)."""
+        """The bytes the pool holds (tests)."""
         if self.library is None:
             return 0
         return ctypes.CFUNCTYPE(ctypes.c_int64)(
             self.library.get_pointer_to_function(_SPARE_BYTES))()
 
     def release(self):
-        """Free the spare block (``nr.clear_cache``): the process then holds no large array of
+        """Free the pool's blocks (``nr.clear_cache``): the process then holds no large array of
         a gradient's after its call returns."""
         if self.library is not None:
             ctypes.CFUNCTYPE(None)(self.library.get_pointer_to_function(_RELEASE))()
