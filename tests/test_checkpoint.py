@@ -247,11 +247,15 @@ def test_what_a_checkpointed_loop_refuses_is_named():
 def _peak_bytes(f, *args):
     """How far resident memory rose above its level while ``f(*args)`` ran (Linux)."""
     import ctypes
+    from numbarules.numba_glue.blocks import BLOCKS
 
     def status(field):
         with open("/proc/self/status") as s:
             return next(int(line.split()[1]) * 1024 for line in s if line.startswith(field))
-    ctypes.CDLL("libc.so.6").malloc_trim(0)     # freed memory kept resident would hide growth
+    # freed memory kept resident would hide growth: malloc's, and the blocks numbarules keeps
+    # for the next large arrays (numba_glue.blocks)
+    BLOCKS.release()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/clear_refs", "w") as c:
         c.write("5")                             # resets VmHWM to the current VmRSS
     before = status("VmRSS")
