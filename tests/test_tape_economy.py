@@ -455,6 +455,20 @@ def test_a_large_tape_takes_the_block_the_last_one_freed():
     np.testing.assert_array_equal(g(*args)[0], d1[0])
 
 
+def handed_to_a_callee(x, c, steps):
+    """v goes to a callee, whose pullback may read it through residuals of its own (the array,
+    not a copy the reverse restores v[0] into), then is written and dropped: kept by
+    reference."""
+    u = x * 1.0
+    s = 0.0
+    for t in range(steps):
+        v = u * c
+        s += energy(v)
+        v[0] = 5.0 * c
+        u = v + 0.1
+    return s + np.sum(u)
+
+
 def test_arrays_a_step_drops_keep_their_pages_between_calls():
     """The arrays the slices form keeps per step are fresh ones no other name holds: the
     forward keeps copies of them in the gradient's arena (analysis._kept_as_copies), whose
@@ -470,6 +484,11 @@ def test_arrays_a_step_drops_keep_their_pages_between_calls():
     for v in ("lap", "_t26", "_t27"):           # the three arrays kept (see above)
         assert f"_lr_{v}.append(_arena_f8[_ka_f8:_ka_f8 + {v}.size].reshape({v}.shape))" \
             in src, v
+    # not where something else may hold the array: a callee's residuals, np.sum's
+    src = nr.code(nr.grad(handed_to_a_callee, argnums=(0, 1)), VEC, 0.7, 3)
+    assert "_lr_v.append(v)" in src and "_lr_u.append(u)" in src and "_arena" not in src
+    for steps in (0, 1, 3):
+        check(handed_to_a_callee, VEC, 0.7, steps)
     u0 = np.random.default_rng(6).random((128, 128)) * 0.5
     args = (u0, 0.1, 100)                  # 3 arrays of 128 KB a step: 39 MB kept
     g = nr.grad(slices, argnums=(0, 1))

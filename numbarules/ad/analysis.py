@@ -198,9 +198,11 @@ def _fresh(expr):
         return True
     if isinstance(expr, ir.MethodCall):
         return expr.name == "copy" and not expr.args
-    if isinstance(expr, ir.Call):
+    if isinstance(expr, ir.Call) and not expr.kwargs:
         f = expr.func
-        return isinstance(f, np.ufunc) or getattr(f, "__module__", "") == "numpy" \
+        if isinstance(f, np.ufunc):
+            return len(expr.args) <= f.nin         # (no output argument)
+        return getattr(f, "__module__", "") == "numpy" \
             and getattr(f, "__name__", "") in _FRESH_CALLS
     return False
 
@@ -211,24 +213,24 @@ def _kept_as_copies(fn, stmts, types, pushes, shape_only, alias, view_of):
     arrays that no other name can hold. A fresh array kept per step was freed at the end of
     each call and its pages faulted in again by the next (the slices form of
     reaction-diffusion: 79,000 page faults, 250 ms of system time a call); the arena's blocks
-    stay with the process (numba_glue.intrinsics). The copy holds the values at the
-    rebinding, which is what the reverse reads there; what it cannot stand for is the array's
-    identity, so every binding of the name makes a fresh array (no alias, argument, view or
-    call result that might return an operand), and the name is never an operand of what could
-    hold it (a view, a tuple, a call returning arrays)."""
+    stay with the process (numba_glue.blocks). The copy holds the values at the rebinding,
+    which is what the reverse reads there; what it cannot stand for is the array's identity or
+    memory shared with anything else, so every binding of the name makes a fresh array (no
+    alias, argument, view or call result that might return an operand), and the name is never
+    an operand of what could hold it: a view, a tuple, a call (its result, or the residuals a
+    rule or callee keeps for its pullback, which would read the array, not the copy the
+    reverse restores elements into)."""
     bases = {n for s in view_of.values() for n in _reads(s.expr)}
     classes = {}
     for v in types:
         classes[alias.get(v, v)] = classes.get(alias.get(v, v), 0) + 1
-    held = set()                  # names an aggregate or a call's array result may hold
-    bound = {}                    # name -> whether every binding makes a fresh array
+    held = set()                  # names something else may hold: a tuple, a call's result or
+    bound = {}                    # its residuals; name -> whether every binding is fresh
     for s in stmts:
         if not isinstance(s, ir.Assign):
             continue
         e = s.expr
-        if isinstance(e, ir.MakeTuple) or isinstance(e, (ir.Call, ir.MethodCall)) \
-                and not _fresh(e) and not isinstance(types.get(s.target), (nbt.Number,
-                                                                           nbt.Boolean)):
+        if isinstance(e, (ir.MakeTuple, ir.Call, ir.MethodCall)) and not _fresh(e):
             held.update(_reads(e))
         if isinstance(s.target, str):
             bound[s.target] = bound.get(s.target, True) and _fresh(e)
