@@ -469,6 +469,21 @@ def handed_to_a_callee(x, c, steps):
     return s + np.sum(u)
 
 
+def handed_to_a_ufunc(x, c, steps):
+    """v goes to np.arctan, whose rule keeps its argument for the pullback, then is written and
+    dropped: a copy of v would leave the rule reading the written array, not the values the
+    reverse restores (a wrong d_x and d_c, silently, before 2026-12-07 21:15 UTC)."""
+    u = x * 1.0
+    s = 0.0
+    for t in range(steps):
+        v = u * c
+        w = np.arctan(v) + np.maximum(v, 0.3) + np.power(v, 1.5)
+        v[0] = 5.0 * c
+        s += np.sum(w)
+        u = v * 0.9 + 0.1
+    return s + np.sum(u * u)
+
+
 def test_arrays_a_step_drops_keep_their_pages_between_calls():
     """The arrays the slices form keeps per step are fresh ones no other name holds: the
     forward keeps copies of them in the gradient's arena (analysis._kept_as_copies), whose
@@ -487,8 +502,11 @@ def test_arrays_a_step_drops_keep_their_pages_between_calls():
     # not where something else may hold the array: a callee's residuals, np.sum's
     src = nr.code(nr.grad(handed_to_a_callee, argnums=(0, 1)), VEC, 0.7, 3)
     assert "_lr_v.append(v)" in src and "_lr_u.append(u)" in src and "_arena" not in src
+    src = nr.code(nr.grad(handed_to_a_ufunc, argnums=(0, 1)), np.abs(VEC), 0.7, 3)
+    assert "_lr_v.append(v)" in src
     for steps in (0, 1, 3):
         check(handed_to_a_callee, VEC, 0.7, steps)
+        check(handed_to_a_ufunc, np.abs(VEC), 0.7, steps)
     u0 = np.random.default_rng(6).random((128, 128)) * 0.5
     args = (u0, 0.1, 100)                  # 3 arrays of 128 KB a step: 39 MB kept
     g = nr.grad(slices, argnums=(0, 1))

@@ -25,6 +25,7 @@ branches) is a reference that the forward saves on a list and the reverse takes 
 adjoint of the array it holds (``_rebound``).
 """
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,19 +193,22 @@ _FRESH_CALLS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "em
                 "full_like")
 
 
-def _fresh(expr):
-    """Whether ``expr`` always makes a new array (never returns one an operand holds)."""
-    if isinstance(expr, (ir.BinOp, ir.UnaryOp)):
-        return True
+def _creates(expr):
+    """Whether ``expr`` makes a new array from its operands' shapes or a plain copy of one:
+    nothing of it holds an operand (no rule residuals)."""
     if isinstance(expr, ir.MethodCall):
         return expr.name == "copy" and not expr.args
-    if isinstance(expr, ir.Call) and not expr.kwargs:
-        f = expr.func
-        if isinstance(f, np.ufunc):
-            return len(expr.args) <= f.nin         # (no output argument)
-        return getattr(f, "__module__", "") == "numpy" \
-            and getattr(f, "__name__", "") in _FRESH_CALLS
-    return False
+    return isinstance(expr, ir.Call) and not expr.kwargs \
+        and getattr(expr.func, "__module__", "") == "numpy" \
+        and getattr(expr.func, "__name__", "") in _FRESH_CALLS
+
+
+def _fresh(expr):
+    """Whether ``expr`` always makes a new array (never returns one an operand holds)."""
+    if isinstance(expr, (ir.BinOp, ir.UnaryOp)) or _creates(expr):
+        return True
+    return isinstance(expr, ir.Call) and not expr.kwargs and isinstance(expr.func, np.ufunc) \
+        and len(expr.args) <= expr.func.nin        # (no output argument)
 
 
 def _kept_as_copies(fn, stmts, types, pushes, shape_only, alias, view_of):
@@ -221,27 +225,24 @@ def _kept_as_copies(fn, stmts, types, pushes, shape_only, alias, view_of):
     rule or callee keeps for its pullback, which would read the array, not the copy the
     reverse restores elements into)."""
     bases = {n for s in view_of.values() for n in _reads(s.expr)}
-    classes = {}
-    for v in types:
-        classes[alias.get(v, v)] = classes.get(alias.get(v, v), 0) + 1
+    classes = Counter(alias.get(v, v) for v in types)
     held = set()                  # names something else may hold: a tuple, a call's result or
-    bound = {}                    # its residuals; name -> whether every binding is fresh
-    for s in stmts:
+    bound = {}                    # its residuals (ufuncs' rules keep their arguments: arctan,
+    for s in stmts:               # maximum, power); name -> whether every binding is fresh
         if not isinstance(s, ir.Assign):
             continue
         e = s.expr
-        if isinstance(e, (ir.MakeTuple, ir.Call, ir.MethodCall)) and not _fresh(e):
+        if isinstance(e, (ir.MakeTuple, ir.Call, ir.MethodCall)) and not _creates(e):
             held.update(_reads(e))
-        if isinstance(s.target, str):
-            bound[s.target] = bound.get(s.target, True) and _fresh(e)
+        bound[s.target] = bound.get(s.target, True) and _fresh(e)
     out = set()
     for s in stmts:
         if not (isinstance(s, ir.Assign) and id(s) in pushes and id(s) not in shape_only):
             continue
         v, t = s.target, types.get(s.target)
+        # (a view is never fresh: ``bound`` leaves views out)
         if is_array(t) and t.ndim >= 1 and t.layout == "C" and t.dtype == nbt.float64 \
-                and bound.get(v) and classes.get(alias.get(v, v)) == 1 \
-                and v not in fn.params and v not in view_of and v not in bases \
-                and v not in held:
+                and bound.get(v) and classes[alias.get(v, v)] == 1 \
+                and v not in fn.params and v not in bases and v not in held:
             out.add(id(s))
     return frozenset(out)
