@@ -38,7 +38,8 @@ class TimeLoops:
         steps = self.r.randint(0, 3)
         form = self.pick([(2, "copy"), (2, "stencil"), (2, "expr"), (2, "swap"), (1, "view"),
                           (1, "branch"), (1, "inner"), (1, "rotate"), (1.5, "slices"),
-                          (1, "window"), (1, "target"), (1, "scratch"), (1, "settle")])
+                          (1, "window"), (1, "target"), (1, "scratch"), (1, "settle"),
+                          (1.5, "drop")])
         self.use(f"time loop: {form}")
         if form == "slices":
             steps = self.r.randint(2, 3)      # one step would not change the views' shapes
@@ -145,6 +146,26 @@ class TimeLoops:
             self.emit(c1, f"s += np.sum({y} * {y}) * {c}")
             if self.chance(0.5):
                 self.emit(c1, f"{u} = {u} * {self.const(0.5, 1.1)}")
+        elif form == "drop":           # a fresh array each step, handed to a ufunc (whose rule
+            y, z = self.fresh("y"), self.fresh("z")    # may keep it), written, then dropped
+            self.emit(c1, f"{y} = " + self.pick([(2, f"{u} * {c} + {e}"), (1, f"{u} * {u} + {c}"),
+                                                 (1, f"-{u}")]))
+            label, ufunc = self.pick([(1, ("np.arctan", f"np.arctan({y})")),
+                                      (1, ("np.maximum", f"np.maximum({y}, {c})")),
+                                      (1, ("np.power", f"np.power({y}, 2.0)")),
+                                      (1, ("np.log1p", f"np.log1p({y} * {y})")),
+                                      (1, ("np.tanh", f"np.tanh({y})")),
+                                      (1, ("np.sin", f"np.sin({y})")), (1, ("*", f"{y} * {y}"))])
+            self.use(f"time loop: drop, {label}")
+            self.emit(c1, f"{z} = {ufunc}")
+            if self.chance(0.7):
+                self.emit(c1, f"{y}[{self.r.randint(0, n - 1)}] = {y}[1] * {c} + {e}")
+            if self.chance(0.4):
+                self.emit(c1, f"for {i} in range(1, {n - 1}):")
+                self.emit(c2, f"{y}[{i}] = {y}[{i}] * 0.5 + {c} * {u}[{i}]")
+            self.emit(c1, f"s += np.sum({z}) * {c}")
+            self.emit(c1, f"{u} = " + self.pick([(2, f"{y} * 0.9 + {c} * {z}"),
+                                                 (1, f"{u} + {c} * {y}"), (1, f"{y}")]))
         else:                          # an array temporary in an inner loop
             self.emit(c1, f"for {i} in range({n}):")
             c3 = c1.inner(loops=ctx.loops + ((i, 0, n - 1),))
