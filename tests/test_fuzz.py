@@ -42,7 +42,7 @@ CONSTRUCTS = {
     "generic function, arrays": 9, "rrule function": 7, "njit helper": 7, "local helper": 3,
     "struct built in code": 14, "nested struct to a plain helper": 9,
     "unpacking a tuple argument": 14, "view .T": 5, "view reshape": 3, "view ravel": 1, "time loop: swap": 2, "time loop: stencil": 4, "time loop: window": 2, "time loop: slices": 1,
-    "time loop: target": 2, "time loop: scratch": 1, "time loop: settle": 2, "time loop: drop": 3, "slice stored from an overlapping view": 4,
+    "time loop: target": 2, "time loop: scratch": 1, "time loop: settle": 2, "time loop: drop": 3, "write into an operation's result": 6, "slice stored from an overlapping view": 4,
     "view slice x[a:b]": 6, "row read A[i, :]": 4, "@ matvec": 1, "np.sum(axis=0)": 2,
     "np.where": 1, "np.maximum": 2, "loop over an argument array": 3, "element write": 13,
     "local 2-D array": 3, "scalar swap a, b = b, a": 14, "math": 19, "min/max": 9, "abs": 4,

@@ -484,6 +484,20 @@ def handed_to_a_ufunc(x, c, steps):
     return s + np.sum(u * u)
 
 
+def returned_by_a_rule(x, c, steps):
+    """v is np.tanh's result, which the array rule's pullback keeps (``1 - y * y``), then is
+    written in place and dropped: a copy of v would leave the pullback reading the written
+    array (a wrong d_x and d_c, silently, in stop 51: 0.941 against 0.954)."""
+    u = x * 1.0
+    s = 0.0
+    for t in range(steps):
+        v = np.tanh(u * c)
+        v[0] *= v[1] * c + 1.2
+        s += np.sum(v * v)
+        u = v * 0.9
+    return s + np.sum(u * u)
+
+
 def test_arrays_a_step_drops_keep_their_pages_between_calls():
     """The arrays the slices form keeps per step are fresh ones no other name holds: the
     forward keeps copies of them in the gradient's arena (analysis._kept_as_copies), whose
@@ -504,9 +518,12 @@ def test_arrays_a_step_drops_keep_their_pages_between_calls():
     assert "_lr_v.append(v)" in src and "_lr_u.append(u)" in src and "_arena" not in src
     src = nr.code(nr.grad(handed_to_a_ufunc, argnums=(0, 1)), np.abs(VEC), 0.7, 3)
     assert "_lr_v.append(v)" in src
+    src = nr.code(nr.grad(returned_by_a_rule, argnums=(0, 1)), VEC, 0.8, 3)
+    assert "_lr_v.append(v)" in src
     for steps in (0, 1, 3):
         check(handed_to_a_callee, VEC, 0.7, steps)
         check(handed_to_a_ufunc, np.abs(VEC), 0.7, steps)
+        check(returned_by_a_rule, VEC, 0.8, steps)
     u0 = np.random.default_rng(6).random((128, 128)) * 0.5
     args = (u0, 0.1, 100)                  # 3 arrays of 128 KB a step: 39 MB kept
     g = nr.grad(slices, argnums=(0, 1))

@@ -1871,3 +1871,76 @@ def test_a_part_of_a_tuple_bound_in_a_loop_is_saved():
                - pair_tangent(*[a - h * e if m == k else b for m, b in enumerate((x, v))]))
               / (2 * h) for e in np.eye(5)]
         assert np.allclose(g[k], fd, rtol=1e-6, atol=1e-6)
+
+
+# --- a store into an array a rule's pullback keeps ----------------------------------------------
+# np.exp's and np.tanh's array rules keep their result for the pullback (dy * y, 1 - y * y); a
+# store into the result after the call was not undone before that pullback ran, which read the
+# stored value: silently wrong gradients at 9c8644e in every form below (found 2026-12-07 while
+# checking stop 51's copies). A store into an argument was undone already.
+
+@nr.generic
+def exp_of(x: nr.Array):
+    return np.exp(x)
+
+
+def result_scaled(x, c):
+    v = np.exp(x * c)
+    v[0] *= 2.0
+    return np.sum(v * v)
+
+
+def result_through_a_view(x, c):
+    v = np.exp(x * c)
+    w = v[1:3]
+    w[0] *= 2.0
+    return np.sum(v)
+
+
+def result_of_a_callee(x, c):
+    v = exp_of(x * c)
+    v[0] *= 2.0
+    return np.sum(v)
+
+
+def result_row(x, c):
+    v = np.exp(np.outer(x, x) * c)
+    v[1, :] *= 2.0
+    return np.sum(v)
+
+
+def result_in_a_branch(x, c):
+    v = np.tanh(x * c)
+    if c > 0.5:
+        v[2] *= 3.0
+    return np.sum(v * v)
+
+
+def result_in_a_while(x, c):
+    v = np.exp(x * c)
+    k = 0
+    while k < 2:
+        v[k] *= 1.5
+        k += 1
+    return np.sum(v)
+
+
+def result_each_step(x, c):
+    u = x.copy()
+    s = 0.0
+    for t in range(3):
+        v = np.tanh(u * c)
+        v[0] *= 2.0
+        s += np.sum(v)
+        u = v * 0.9
+    return s + np.sum(u * u)
+
+
+@pytest.mark.parametrize("f", [result_scaled, result_through_a_view, result_of_a_callee,
+                               result_row, result_in_a_branch, result_in_a_while,
+                               result_each_step])
+def test_a_store_into_a_rules_result_is_undone_for_its_pullback(f):
+    x = np.array([0.3, -0.2, 0.5, 0.7])
+    check_grad(f, x, 0.8)
+    src = nr.code(nr.grad(f, argnums=(0, 1)), x, 0.8)
+    assert "_tape_f8[_k_f8] = v[" in src or "_tape_f8[_k_f8] = w[" in src or "_push_view" in src

@@ -28,7 +28,6 @@ adjoint of the array it holds (``_rebound``).
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
 from numba import types as nbt
 
 from . import ir
@@ -127,6 +126,12 @@ def plan(fn, types, mask, classify):
                           and s.target in active and _divides_by_active(s.expr, active)
                           and isinstance(types.get(s.target), nbt.Float))
     result_reads |= {s.target for s in stmts if isinstance(s, ir.Assign) and id(s.expr) in quotients}
+    # A rule's or callee's residuals may hold the array it returns (np.exp's pullback: dy * y):
+    # a store into it after the call must be undone before that pullback runs, as a store into
+    # an argument is (a silently wrong gradient until 2026-12-07: v = np.exp(x); v[0] *= 2.0)
+    result_reads |= {s.target for s in stmts if isinstance(s, ir.Assign)
+                     and id(s.expr) in calls and calls[id(s.expr)].kind == "derived"
+                     and is_array(types.get(s.target))}
     tests = set()
     while True:
         needed = _needed(stmts, active, recompute, callee_reads,
@@ -204,11 +209,11 @@ def _creates(expr):
 
 
 def _fresh(expr):
-    """Whether ``expr`` always makes a new array (never returns one an operand holds)."""
-    if isinstance(expr, (ir.BinOp, ir.UnaryOp)) or _creates(expr):
-        return True
-    return isinstance(expr, ir.Call) and not expr.kwargs and isinstance(expr.func, np.ufunc) \
-        and len(expr.args) <= expr.func.nin        # (no output argument)
+    """Whether ``expr`` always makes a new array that nothing else keeps: array arithmetic
+    (its reverse reads operands and result by name) or a creator. Not a call's result, ufuncs
+    included: an array rule's pullback may keep its result (``np.exp``, ``np.tanh``: ``dy * y``),
+    and would read the array as the forward left it, not the copy the reverse restores."""
+    return isinstance(expr, (ir.BinOp, ir.UnaryOp)) or _creates(expr)
 
 
 def _kept_as_copies(fn, stmts, types, pushes, shape_only, alias, view_of):
@@ -220,15 +225,16 @@ def _kept_as_copies(fn, stmts, types, pushes, shape_only, alias, view_of):
     stay with the process (numba_glue.blocks). The copy holds the values at the rebinding,
     which is what the reverse reads there; what it cannot stand for is the array's identity or
     memory shared with anything else, so every binding of the name makes a fresh array (no
-    alias, argument, view or call result that might return an operand), and the name is never
-    an operand of what could hold it: a view, a tuple, a call (its result, or the residuals a
-    rule or callee keeps for its pullback, which would read the array, not the copy the
-    reverse restores elements into)."""
+    alias, argument, view or call result: a callee's or rule's residuals may keep the array it
+    returns), and the name is never an operand of what could hold it: a view, a tuple, a call
+    (its result, or the residuals a rule or callee keeps for its pullback, which would read
+    the array, not the copy the reverse restores elements into)."""
     bases = {n for s in view_of.values() for n in _reads(s.expr)}
     classes = Counter(alias.get(v, v) for v in types)
-    held = set()                  # names something else may hold: a tuple, a call's result or
-    bound = {}                    # its residuals (ufuncs' rules keep their arguments: arctan,
-    for s in stmts:               # maximum, power); name -> whether every binding is fresh
+    # names something else may hold: a tuple, a call's result or its residuals (ufuncs' rules
+    # keep their arguments: arctan, maximum, power); name -> whether every binding is fresh
+    held, bound = set(), {}
+    for s in stmts:
         if not isinstance(s, ir.Assign):
             continue
         e = s.expr

@@ -236,6 +236,14 @@ class Arrays:
             self.emit(ctx, f"{name} = {expr}")
             Y = _Vec(name, shape, contig=True, writable=False, local=True)
             self.declare_array(Y)
+            if self.chance(0.25):
+                # written in place after the call: a rule's pullback may keep its result
+                # (np.exp's: dy * y), which must read the values from before the write (a
+                # store into a rule's result was not undone for it until 2026-12-07)
+                self.use("write into an operation's result")
+                op = self.pick([(1, "="), (2, "+="), (2, "*=")])
+                e = self.fexpr(ctx, 1) if op != "*=" else self.const(0.3, 1.5)
+                self.emit(ctx, f"{self.elem(Y, ctx)} {op} {e}")
             red, rtag = red_of(name)
             if self.chance(0.6):
                 self.use(rtag)

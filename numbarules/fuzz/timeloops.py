@@ -148,8 +148,11 @@ class TimeLoops:
                 self.emit(c1, f"{u} = {u} * {self.const(0.5, 1.1)}")
         elif form == "drop":           # a fresh array each step, handed to a ufunc (whose rule
             y, z = self.fresh("y"), self.fresh("z")    # may keep it), written, then dropped
-            self.emit(c1, f"{y} = " + self.pick([(2, f"{u} * {c} + {e}"), (1, f"{u} * {u} + {c}"),
-                                                 (1, f"-{u}")]))
+            made = self.pick([(2, f"{u} * {c} + {e}"), (1, f"{u} * {u} + {c}"), (1, f"-{u}"),
+                              (1, f"np.tanh({u} * {c})"), (1, f"np.exp({u} * {c})")])
+            if made.startswith("np."):   # a rule's result (its pullback may keep it)
+                self.use(f"time loop: drop, result of {made.split('(')[0]}")
+            self.emit(c1, f"{y} = {made}")
             label, ufunc = self.pick([(1, ("np.arctan", f"np.arctan({y})")),
                                       (1, ("np.maximum", f"np.maximum({y}, {c})")),
                                       (1, ("np.power", f"np.power({y}, 2.0)")),
@@ -158,8 +161,10 @@ class TimeLoops:
                                       (1, ("np.sin", f"np.sin({y})")), (1, ("*", f"{y} * {y}"))])
             self.use(f"time loop: drop, {label}")
             self.emit(c1, f"{z} = {ufunc}")
-            if self.chance(0.7):
-                self.emit(c1, f"{y}[{self.r.randint(0, n - 1)}] = {y}[1] * {c} + {e}")
+            if self.chance(0.7):       # overwritten, or updated (its old value still counts)
+                self.emit(c1, f"{y}[{self.r.randint(0, n - 1)}] " + self.pick([
+                    (1, f"= {y}[1] * {c} + {e}"), (1, f"*= {y}[1] * {c} + 1.2"),
+                    (1, f"+= {c} * {y}[1]")]))
             if self.chance(0.4):
                 self.emit(c1, f"for {i} in range(1, {n - 1}):")
                 self.emit(c2, f"{y}[{i}] = {y}[{i}] * 0.5 + {c} * {u}[{i}]")
